@@ -1,0 +1,72 @@
+"""capfleet's pytest plugin: the session-wide Kubernetes cluster every integration test talks to.
+
+Registered through the `pytest11` entry point, so every test in the workspace can request its fixtures.
+The cluster starts lazily, once per session, and only when a test asks for it: unit tests never start it.
+
+Configuration is by environment variable only:
+
+- CAPFLEET_TEST_KUBECONFIG=/path: use that kubeconfig's current context instead of a local control plane;
+- CAPFLEET_CACHE: where the Kubernetes binaries are cached (default ~/.cache/capfleet);
+- CAPFLEET_ARTIFACTS: where component logs and the audit log go
+  (default <repo>/_artifacts/<timestamp>-<pid>/).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from capfleet_e2e.controlplane import Cluster, ControlPlane, ExistingCluster
+from capfleet_e2e.crds import capi_module_dir
+from capfleet_e2e.kubebin import ensure_kube_binaries
+
+EXISTING_KUBECONFIG_ENV = "CAPFLEET_TEST_KUBECONFIG"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "integration: needs the real control plane (and possibly other real parts)"
+    )
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Fetch the binaries and CAPI module before the first test if any selected test needs a cluster.
+
+    The first build takes many minutes; done here, it does not count against a test's timeout.
+    """
+    if any("control_plane" in getattr(item, "fixturenames", ()) for item in session.items):
+        if not os.environ.get(EXISTING_KUBECONFIG_ENV):
+            ensure_kube_binaries()
+        capi_module_dir()
+
+
+def start_cluster() -> Cluster:
+    """An `ExistingCluster` if CAPFLEET_TEST_KUBECONFIG is set, else a freshly started `ControlPlane`."""
+    existing = os.environ.get(EXISTING_KUBECONFIG_ENV)
+    if existing:
+        return ExistingCluster(Path(existing)).start()
+    return ControlPlane().start()
+
+
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[Cluster]:
+    """The session's cluster, with capfleet's and Cluster API's CRDs installed."""
+    cluster = start_cluster()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def kubeconfig(control_plane: Cluster) -> Path:
+    """Path of an admin kubeconfig for the session's cluster."""
+    return control_plane.kubeconfig
+
+
+from capfleet_e2e.fixtures import kube, namespace, run_operator  # noqa: E402  (fixtures of this plugin)
+
+__all__ = ["control_plane", "kube", "kubeconfig", "namespace", "run_operator"]

@@ -1,0 +1,26 @@
+"""The sample operator's handlers: thin kopf decorators over `reconciling`."""
+
+from typing import Any
+
+import kopf
+
+from capfleet import runtime
+from capfleet_e2e.sample import reconciling
+
+IDENTITY = runtime.Identity("sample")
+
+
+@kopf.on.resume("sample.capfleet.dev", "samples")
+@kopf.on.create("sample.capfleet.dev", "samples")
+@kopf.on.update("sample.capfleet.dev", "samples")
+@runtime.reconciler("Sample")
+async def reconcile_sample(
+    body: kopf.Body,
+    spec: kopf.Spec,
+    meta: kopf.Meta,
+    status: kopf.Status,
+    patch: kopf.Patch,
+    memo: kopf.Memo,
+    **_: Any,
+) -> None:
+    await reconciling.reconcile(runtime.kube(memo), body, spec, meta, status, patch)

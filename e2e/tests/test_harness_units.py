@@ -1,0 +1,71 @@
+"""Unit tests of the harness's own parts that need no cluster: PKI, child processes, CRD labelling.
+
+They run in the unit suite, so a broken harness shows up before any integration test starts.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+
+from capfleet_e2e.crds import kustomization_labels
+from capfleet_e2e.pki import generate_pki
+from capfleet_e2e.processes import Component, ComponentError, wait_for
+
+
+def test_pki_files_are_private_and_the_serving_cert_has_the_sans(tmp_path: Path) -> None:
+    pki = generate_pki(tmp_path / "pki")
+    for path in (
+        pki.ca_cert,
+        pki.ca_key,
+        pki.serving_cert,
+        pki.serving_key,
+        pki.sa_private_key,
+        pki.sa_public_key,
+    ):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    cert = x509.load_pem_x509_certificate(pki.serving_cert.read_bytes())
+    ca = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
+    cert.verify_directly_issued_by(ca)
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert ipaddress.ip_address("127.0.0.1") in sans.get_values_for_type(x509.IPAddress)
+    assert {"localhost", "kubernetes.default.svc"} <= set(sans.get_values_for_type(x509.DNSName))
+
+
+def test_a_component_that_dies_early_reports_its_log(tmp_path: Path) -> None:
+    script = "import sys; print('boom: bad flag'); sys.exit(3)"
+    component = Component("dying", [sys.executable, "-c", script], tmp_path)
+    with pytest.raises(ComponentError, match=r"(?s)dying exited with code 3.*boom: bad flag"):
+        wait_for("never", lambda: None, timeout=30, watch=[component])
+
+
+def test_stop_terminates_a_running_component(tmp_path: Path) -> None:
+    script = "import sys, time; print('up', flush=True); time.sleep(60)"
+    component = Component("sleeper", [sys.executable, "-c", script], tmp_path)
+    wait_for("output", lambda: True if "up" in component.log_path.read_text() else None, timeout=30)
+    component.stop(timeout=5)
+    assert component.process.returncode is not None
+
+
+def test_wait_for_times_out_with_the_last_error() -> None:
+    def probe() -> None:
+        raise ConnectionRefusedError("nobody home")
+
+    with pytest.raises(ComponentError, match="nobody home"):
+        wait_for("a listener", probe, timeout=0.3)
+
+
+def test_kustomization_labels_merges_pairs_and_common_labels() -> None:
+    kustomization = {
+        "commonLabels": {"a": "1"},
+        "labels": [
+            {"pairs": {"cluster.x-k8s.io/v1beta2": "v1beta2"}},
+            {"includeSelectors": True, "pairs": {"b": "2"}},
+        ],
+    }
+    assert kustomization_labels(kustomization) == {"a": "1", "cluster.x-k8s.io/v1beta2": "v1beta2", "b": "2"}

@@ -1,0 +1,133 @@
+"""The shared operator runtime, proven through a minimal operator run as users run operators.
+
+The sample operator (`capfleet_e2e.sample`) reconciles a test CRD on the real control plane: it must write
+Ready with a reason and the observed generation, honour the CAPI paused annotation, serve `/metrics` with
+the shared families and `/healthz`, and make no API writes while idle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import urllib.request
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import yaml
+
+from capfleet import pausing, resources
+from capfleet.kube import Kube
+from capfleet.resources import Resource
+from capfleet_e2e.controlplane import Cluster, ControlPlane
+from capfleet_e2e.fixtures import RunOperator
+from capfleet_e2e.sample import CRD_PATH
+from capfleet_e2e.waiting import eventually
+
+pytestmark = pytest.mark.integration
+
+SAMPLES = Resource("sample.capfleet.dev", "v1alpha1", "samples", "Sample")
+WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection"}
+IDLE_WINDOW_SECONDS = 30
+
+
+@pytest.fixture
+async def sample_crd(kube: Kube) -> AsyncIterator[None]:
+    crd = yaml.safe_load(CRD_PATH.read_text())
+    await kube.create_or_get(resources.CUSTOM_RESOURCE_DEFINITIONS, crd)
+
+    async def established() -> bool:
+        found = await kube.get(resources.CUSTOM_RESOURCE_DEFINITIONS, crd["metadata"]["name"])
+        conds = ((found or {}).get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conds)
+
+    await eventually("the Sample CRD to be established", established)
+    yield
+
+
+def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
+    conds = ((obj or {}).get("status") or {}).get("conditions") or []
+    return next((c for c in conds if c["type"] == type_), None)
+
+
+async def wait_reconciled(kube: Kube, namespace: str, generation: int, type_: str = "Ready") -> dict[str, Any]:
+    async def probe() -> dict[str, Any] | None:
+        obj = await kube.get(SAMPLES, "s1", namespace)
+        found = condition(obj, type_)
+        return obj if found and found.get("observedGeneration") == generation else None
+
+    return await eventually(f"{type_} at generation {generation}", probe)
+
+
+def operator_writes(events: list[dict[str, Any]]) -> list[str]:
+    """Write requests made by the operator (kopf's connection or capfleet's client), as `verb uri`."""
+    return [
+        f"{e['verb']} {e['requestURI']}"
+        for e in events
+        if e.get("verb") in WRITE_VERBS
+        and (e.get("userAgent", "").startswith("kopf/") or e.get("userAgent", "").startswith("capfleet-sample"))
+    ]
+
+
+@pytest.mark.usefixtures("sample_crd")
+async def test_sample_operator_reconciles_pauses_and_stays_idle(
+    control_plane: Cluster, kube: Kube, namespace: str, run_operator: RunOperator
+) -> None:
+    operator = run_operator("capfleet_e2e.sample", namespaces=[namespace])
+    body = {"apiVersion": SAMPLES.api_version, "kind": "Sample", "metadata": {"name": "s1"}, "spec": {"message": "hi"}}
+    await kube.create(SAMPLES, body, namespace)
+
+    reconciled = await wait_reconciled(kube, namespace, generation=1)
+    ready = condition(reconciled, "Ready")
+    assert ready is not None
+    assert (ready["status"], ready["reason"]) == ("True", "Reconciled")
+    assert reconciled["status"]["echo"] == "hi"
+
+    await kube.patch(SAMPLES, "s1", {"spec": {"message": "second"}}, namespace)
+    assert (await wait_reconciled(kube, namespace, generation=2))["status"]["echo"] == "second"
+
+    # Paused: the operator records that it saw generation 3 as paused, and leaves everything else alone.
+    await kube.patch(SAMPLES, "s1", {"metadata": {"annotations": {pausing.PAUSED_ANNOTATION: "true"}}}, namespace)
+    await kube.patch(SAMPLES, "s1", {"spec": {"message": "while paused"}}, namespace)
+    paused = await wait_reconciled(kube, namespace, generation=3, type_="Paused")
+    paused_condition = condition(paused, "Paused") or {}
+    assert (paused_condition.get("status"), paused_condition.get("reason")) == ("True", "Paused")
+    assert paused["status"]["echo"] == "second"
+
+    await kube.patch(SAMPLES, "s1", {"metadata": {"annotations": {pausing.PAUSED_ANNOTATION: None}}}, namespace)
+
+    async def resumed() -> dict[str, Any] | None:
+        obj = await kube.get(SAMPLES, "s1", namespace)
+        return obj if (obj or {}).get("status", {}).get("echo") == "while paused" else None
+
+    unpaused = await eventually("reconciliation to resume after unpausing", resumed)
+    assert (condition(unpaused, "Paused") or {}).get("reason") == "NotPaused"
+
+    # The runtime's endpoints.
+    with urllib.request.urlopen(f"http://127.0.0.1:{operator.health_port}/healthz", timeout=5) as response:
+        assert response.status == 200
+        assert json.loads(response.read())["operator"] == "sample"
+    exposition = operator.metrics()
+    for family in (
+        "capfleet_reconciles_total",
+        "capfleet_reconcile_duration_seconds",
+        "capfleet_backend_call_duration_seconds",
+        "capfleet_objects",
+        "capfleet_operator_info",
+    ):
+        assert f"# TYPE {family.removesuffix('_total')}" in exposition, family
+    assert 'capfleet_reconciles_total{kind="Sample",result="success"}' in exposition
+
+    if not isinstance(control_plane, ControlPlane):
+        pytest.skip("idle writes are counted from the local control plane's audit log")
+    # Idle: nothing changes for 30 s, so the operator must not write anything. The window itself is the
+    # measurement; the audit log is read after it.
+    active, offset = control_plane.audit_events()
+    assert operator_writes(active), "the filter must see the operator's writes while it was busy"
+    started = time.monotonic()
+    await asyncio.sleep(IDLE_WINDOW_SECONDS)
+    events, _ = control_plane.audit_events(offset)
+    assert time.monotonic() - started >= IDLE_WINDOW_SECONDS
+    assert operator_writes(events) == []
+    assert operator.component is not None and operator.component.process.poll() is None

@@ -1,0 +1,14 @@
+"""Entry point: `python -m baremetal_provision` starts the baremetal-provision operator, as its container
+image does.
+"""
+
+from baremetal_provision import handlers
+from capfleet import runtime
+
+
+def main() -> None:
+    runtime.run(handlers.IDENTITY)
+
+
+if __name__ == "__main__":
+    main()

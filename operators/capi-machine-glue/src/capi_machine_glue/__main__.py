@@ -1,0 +1,14 @@
+"""Entry point: `python -m capi_machine_glue` starts the capi-machine-glue operator, as its container image
+does.
+"""
+
+from capfleet import runtime
+from capi_machine_glue import handlers
+
+
+def main() -> None:
+    runtime.run(handlers.IDENTITY)
+
+
+if __name__ == "__main__":
+    main()

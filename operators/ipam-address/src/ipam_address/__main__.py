@@ -1,0 +1,12 @@
+"""Entry point: `python -m ipam_address` starts the ipam-address operator, as its container image does."""
+
+from capfleet import runtime
+from ipam_address import handlers
+
+
+def main() -> None:
+    runtime.run(handlers.IDENTITY)
+
+
+if __name__ == "__main__":
+    main()

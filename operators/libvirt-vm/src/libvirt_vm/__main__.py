@@ -1,0 +1,12 @@
+"""Entry point: `python -m libvirt_vm` starts the libvirt-vm operator, as its container image does."""
+
+from capfleet import runtime
+from libvirt_vm import handlers
+
+
+def main() -> None:
+    runtime.run(handlers.IDENTITY)
+
+
+if __name__ == "__main__":
+    main()

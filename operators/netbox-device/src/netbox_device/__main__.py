@@ -1,0 +1,12 @@
+"""Entry point: `python -m netbox_device` starts the netbox-device operator, as its container image does."""
+
+from capfleet import runtime
+from netbox_device import handlers
+
+
+def main() -> None:
+    runtime.run(handlers.IDENTITY)
+
+
+if __name__ == "__main__":
+    main()

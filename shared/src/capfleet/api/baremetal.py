@@ -1,0 +1,131 @@
+"""The kind baremetal-provision reconciles (group baremetal.capfleet.dev): one server driven by its BMC.
+
+The glue creates a BaremetalInstance for every bare-metal machine once NetBox has named the server, its
+BMC and its boot MAC; baremetal-provision powers it, network-boots the OS installer profile with the
+bootstrap data as NoCloud seed, and reports the phase. `OSProfile` is also part of HybridMachine.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import ConfigDict, Field
+
+from capfleet.api.base import (
+    DNS_SUBDOMAIN_PATTERN,
+    HTTPURL,
+    URL_MAX,
+    Conditions,
+    CustomObject,
+    LocalObjectReference,
+    MACAddress,
+    Model,
+    SecretKeyReference,
+    cel_rules,
+    immutable_once_set,
+)
+
+BMC_ADDRESS_PATTERN = r"^(redfish\+https?|ipmi)://[^\s/?#]+(/[^\s]*)?$"
+
+
+class BMC(Model):
+    """How to reach a server's baseboard management controller."""
+
+    address: str = Field(
+        max_length=URL_MAX,
+        pattern=BMC_ADDRESS_PATTERN,
+        description="redfish+https://host[:port]/redfish/v1/Systems/<id>, redfish+http://… or ipmi://host[:port].",
+    )
+    credentials_secret_ref: LocalObjectReference = Field(
+        description="Secret with the BMC's username and password (keys username, password)."
+    )
+    disable_certificate_verification: bool = Field(
+        default=False, description="Accept any TLS certificate from a Redfish BMC. Verified unless set."
+    )
+
+
+class OSProfile(Model):
+    """The OS installer that is network-booted: kernel, initrd and kernel command line."""
+
+    kernel_url: HTTPURL = Field(alias="kernelURL", description="URL of the kernel.")
+    initrd_url: HTTPURL = Field(alias="initrdURL", description="URL of the initrd.")
+    kernel_args: list[Annotated[str, Field(min_length=1, max_length=1024)]] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Kernel command-line arguments, added to the ones capfleet needs to find the seed.",
+    )
+
+
+Phase = Literal[
+    "Registering",
+    "PoweringOff",
+    "NetworkBooting",
+    "Installing",
+    "Provisioned",
+    "Deprovisioning",
+    "Cleaning",
+    "Failed",
+]
+
+
+class BaremetalInstanceSpec(Model):
+    """Desired state of a bare-metal server."""
+
+    model_config = ConfigDict(json_schema_extra=cel_rules(immutable_once_set("providerID")))
+
+    bmc: BMC = Field(description="The server's BMC.")
+    boot_mac_address: MACAddress = Field(
+        alias="bootMACAddress", description="MAC of the NIC that network-boots."
+    )
+    os: OSProfile = Field(description="The OS installer profile to network-boot.")
+    user_data_secret_ref: SecretKeyReference = Field(
+        description="Secret key holding the user-data (CAPI's bootstrap data Secret, key value)."
+    )
+    network_data: dict[str, Any] | None = Field(
+        default=None, description="Network configuration (cloud-init network-config v2) served with the seed."
+    )
+    provider_id: str | None = Field(
+        default=None,
+        alias="providerID",
+        max_length=512,
+        description="provider-id served in the meta-data; immutable once set.",
+    )
+    hostname: str | None = Field(
+        default=None,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN_PATTERN,
+        description="local-hostname in the meta-data.",
+    )
+    online: bool = Field(default=True, description="Whether the server should be powered on.")
+    cleaning: Literal["metadata", "disabled"] = Field(
+        default="disabled",
+        description="On deprovisioning: wipe disk metadata by network-booting the cleaning profile, or not.",
+    )
+    cleaning_os: OSProfile | None = Field(
+        default=None, description="OS profile booted for cleaning; spec.os (in cleaning mode) if unset."
+    )
+    boot_server_url: HTTPURL | None = Field(
+        default=None,
+        alias="bootServerURL",
+        description="Base URL at which the server reaches baremetal-provision; the operator's own if unset.",
+    )
+    provisioning_timeout_seconds: int = Field(
+        default=1800,
+        ge=60,
+        le=86400,
+        description="How long installing may take before the instance fails and the server is powered off.",
+    )
+
+
+class BaremetalInstanceStatus(Model):
+    """Observed state of a bare-metal server; rebuilt from its BMC when lost."""
+
+    phase: Phase | None = Field(default=None, description="Where provisioning is.")
+    power_state: Literal["On", "Off", "Unknown"] | None = Field(
+        default=None, description="Power state the BMC reports."
+    )
+    conditions: Conditions = Field(default_factory=list)
+
+
+class BaremetalInstance(CustomObject[BaremetalInstanceSpec, BaremetalInstanceStatus]):
+    """A bare-metal server provisioned over its BMC by network-booting an OS installer."""

@@ -1,0 +1,259 @@
+"""The kinds libvirt-vm reconciles (group libvirt.capfleet.dev): hypervisors and the VMs placed on them.
+
+Administrators create Hypervisors (cluster-scoped); the glue creates a LibvirtVM for every VM machine
+and reads its state, placement and provider ID back from it. The placement decision is written to
+`spec.hypervisorName` so that it survives a lost status and a clusterctl move.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import ConfigDict, Field
+
+from capfleet.api.base import (
+    CIDR,
+    DNS_SUBDOMAIN_PATTERN,
+    LABEL_VALUE_MAX,
+    NAME_MAX,
+    Conditions,
+    CustomObject,
+    IPAddress,
+    LabelSelector,
+    MACAddress,
+    Model,
+    SecretKeyReference,
+    cel,
+    cel_rules,
+    immutable_once_set,
+    list_map,
+)
+
+
+class HypervisorConnection(Model):
+    """Where libvirtd runs and how to reach it over SSH."""
+
+    host: str = Field(min_length=1, max_length=NAME_MAX, description="SSH host name or address.")
+    port: int = Field(default=22, ge=1, le=65535, description="SSH port.")
+    user: str = Field(default="root", min_length=1, max_length=64, description="SSH user.")
+    socket_path: str = Field(
+        default="/var/run/libvirt/libvirt-sock",
+        min_length=1,
+        max_length=1024,
+        description="Path of libvirtd's socket on the host (qemu:///system).",
+    )
+
+
+class SSHKeySecretReference(Model):
+    """A Secret holding an SSH private key."""
+
+    name: str = Field(min_length=1, max_length=NAME_MAX, description="Name of the Secret.")
+    namespace: str = Field(min_length=1, max_length=63, description="Namespace of the Secret.")
+    key: str = Field(
+        default="ssh-privatekey", min_length=1, max_length=NAME_MAX, description="Key of the private key."
+    )
+
+
+class KnownHostsSecretReference(Model):
+    """A Secret holding the host's SSH public keys in known_hosts format."""
+
+    name: str = Field(min_length=1, max_length=NAME_MAX, description="Name of the Secret.")
+    namespace: str = Field(min_length=1, max_length=63, description="Namespace of the Secret.")
+    key: str = Field(
+        default="known_hosts", min_length=1, max_length=NAME_MAX, description="Key of the known_hosts."
+    )
+
+
+class Resources(Model):
+    """An amount of compute."""
+
+    vcpus: int = Field(default=0, ge=0, description="Virtual CPUs.")
+    memory_mib: int = Field(default=0, ge=0, alias="memoryMiB", description="Memory in MiB.")
+
+
+class Capacity(Resources):
+    """An amount of compute and storage."""
+
+    storage_gib: int = Field(default=0, ge=0, alias="storageGiB", description="Storage pool space in GiB.")
+
+
+class HypervisorSpec(Model):
+    """Desired state of a hypervisor: how to reach it and what of it capfleet may use."""
+
+    connection: HypervisorConnection = Field(description="How to reach libvirtd.")
+    ssh_key_secret_ref: SSHKeySecretReference = Field(description="Secret with the SSH private key.")
+    known_hosts_secret_ref: KnownHostsSecretReference = Field(
+        description="Secret with the host's known_hosts entries; the host key is always verified."
+    )
+    failure_domain: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=LABEL_VALUE_MAX,
+        description="Failure domain the hypervisor is in.",
+    )
+    storage_pool: str = Field(
+        default="default",
+        min_length=1,
+        max_length=NAME_MAX,
+        description="libvirt storage pool that holds base images and VM volumes.",
+    )
+    reserved: Resources = Field(
+        default_factory=Resources,
+        description="Compute kept back for the host itself; never given to VMs.",
+        json_schema_extra={"default": {}},
+    )
+
+
+class HypervisorStatus(Model):
+    """Observed state of a hypervisor."""
+
+    capacity: Capacity | None = Field(default=None, description="What the host has.")
+    allocated: Capacity | None = Field(default=None, description="What capfleet VMs on the host use of it.")
+    libvirt_version: str | None = Field(default=None, description="Version of libvirtd.")
+    qemu_version: str | None = Field(default=None, description="Version of QEMU.")
+    conditions: Conditions = Field(default_factory=list)
+
+
+class Hypervisor(CustomObject[HypervisorSpec, HypervisorStatus]):
+    """A libvirt host that LibvirtVMs are placed on, reached over SSH with a verified host key."""
+
+
+class VMDisk(Model):
+    """A disk of a VM; the first is the boot disk."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=LABEL_VALUE_MAX,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description="Disk name.",
+    )
+    size_gib: int = Field(alias="sizeGiB", ge=1, le=65536, description="Size in GiB.")
+    source_image: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=NAME_MAX,
+        description="Base image volume in the hypervisor's storage pool to clone; an empty disk if unset.",
+    )
+    clone_strategy: Literal["BackingFile", "FullCopy"] = Field(
+        default="BackingFile",
+        description="How the base image is cloned: a copy-on-write overlay, or a full copy.",
+    )
+
+
+class VMInterface(Model):
+    """A NIC of a VM: on a host bridge, on a libvirt network, or QEMU user-mode networking."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel(
+            "[has(self.bridge), has(self.network), has(self.userMode) && self.userMode]"
+            ".filter(x, x).size() == 1",
+            "exactly one of bridge, network and userMode must be set",
+        )
+    )
+
+    bridge: str | None = Field(
+        default=None, min_length=1, max_length=15, description="Host bridge to attach to."
+    )
+    network: str | None = Field(
+        default=None, min_length=1, max_length=NAME_MAX, description="libvirt network to attach to."
+    )
+    user_mode: bool = Field(
+        default=False, description="QEMU user-mode networking: no host bridge; for tests and isolated VMs."
+    )
+    mac_address: MACAddress = Field(description="MAC address; deterministic, chosen by the creator.")
+    addresses: list[CIDR] = Field(
+        default_factory=list, max_length=8, description="Static addresses with prefix length; DHCP if empty."
+    )
+    gateway: IPAddress | None = Field(default=None, description="Default gateway on this NIC.")
+    nameservers: list[IPAddress] = Field(default_factory=list, max_length=8, description="DNS servers.")
+
+
+class CloudInit(Model):
+    """The NoCloud seed the VM boots with."""
+
+    user_data_secret_ref: SecretKeyReference = Field(
+        description="Secret key holding the user-data (CAPI's bootstrap data Secret, key value)."
+    )
+    format: Literal["cloud-config", "ignition"] = Field(
+        default="cloud-config", description="Format of the user-data."
+    )
+    hostname: str | None = Field(
+        default=None,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN_PATTERN,
+        description="local-hostname in the meta-data.",
+    )
+    provider_id: str | None = Field(
+        default=None,
+        alias="providerID",
+        max_length=512,
+        description="provider-id in the meta-data; capfleet://vm/<hypervisor>/<domain> if unset.",
+    )
+    meta_data: dict[str, str] = Field(default_factory=dict, description="Extra meta-data keys.")
+
+
+class LibvirtVMSpec(Model):
+    """Desired state of a VM."""
+
+    model_config = ConfigDict(json_schema_extra=cel_rules(immutable_once_set("hypervisorName")))
+
+    hypervisor_selector: LabelSelector = Field(
+        default_factory=LabelSelector,
+        description="Labels a Hypervisor must carry to be chosen.",
+        json_schema_extra={"default": {}},
+    )
+    failure_domain: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=LABEL_VALUE_MAX,
+        description="Place only on hypervisors of this domain.",
+    )
+    anti_affinity_key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=NAME_MAX,
+        description="VMs sharing this key are spread over different hypervisors when possible.",
+    )
+    hypervisor_name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=NAME_MAX,
+        description="The Hypervisor the VM is placed on; set once by libvirt-vm, then immutable.",
+    )
+    vcpus: int = Field(ge=1, le=256, description="Virtual CPUs.")
+    memory_mib: int = Field(alias="memoryMiB", ge=64, le=4194304, description="Memory in MiB.")
+    disks: list[VMDisk] = Field(
+        min_length=1,
+        max_length=8,
+        description="Disks; the first is the boot disk.",
+        json_schema_extra=list_map("name"),
+    )
+    interfaces: list[VMInterface] = Field(
+        default_factory=list,
+        max_length=8,
+        description="NICs, in guest order.",
+        json_schema_extra=list_map("macAddress"),
+    )
+    cloud_init: CloudInit = Field(description="The NoCloud seed.")
+    power_state: Literal["On", "Off"] = Field(default="On", description="Whether the VM should run.")
+
+
+class LibvirtVMStatus(Model):
+    """Observed state of a VM; rebuilt from the domain, found by its deterministic name, when lost."""
+
+    domain_uuid: str | None = Field(
+        default=None, alias="domainUUID", description="libvirt UUID of the domain."
+    )
+    domain_name: str | None = Field(default=None, description="libvirt name of the domain.")
+    state: str | None = Field(
+        default=None, description="libvirt state of the domain, e.g. running or shutoff."
+    )
+    hypervisor_name: str | None = Field(default=None, description="The Hypervisor the domain is on.")
+    provider_id: str | None = Field(
+        default=None, alias="providerID", description="The provider ID written into the VM's meta-data."
+    )
+    conditions: Conditions = Field(default_factory=list)
+
+
+class LibvirtVM(CustomObject[LibvirtVMSpec, LibvirtVMStatus]):
+    """A VM on a libvirt hypervisor, with disks cloned from a base image and a NoCloud seed."""

@@ -1,0 +1,226 @@
+"""A small typed client for the few verbs the fleet uses, on kubernetes-asyncio.
+
+The generated kubernetes-asyncio classes return untyped models and raise one `ApiException` for every
+failure. Operators need to decide, on purpose, what a 404 or a 409 means in each place: a missing child
+is to be created, a child that already exists was created by an earlier attempt, an update conflict is
+retried. This module makes those outcomes explicit (a `None`, a boolean, or a named exception) and is the
+only place that talks HTTP to the apiserver for capfleet code; kopf keeps its own connection.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, Literal
+
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from capfleet.resources import Resource
+
+Obj = dict[str, Any]
+Propagation = Literal["Foreground", "Background", "Orphan"]
+
+_JSON = {200: "object", 201: "object", 202: "object"}
+_MERGE_PATCH = "application/merge-patch+json"
+_APPLY_PATCH = "application/apply-patch+yaml"
+
+
+class KubeError(Exception):
+    """An apiserver answer that the caller did not expect; carries the HTTP status and Status message."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+class AlreadyExists(KubeError):
+    """409 on create: an object of that name exists."""
+
+
+class Conflict(KubeError):
+    """409 on update: the object changed since it was read (stale resourceVersion)."""
+
+
+class Invalid(KubeError):
+    """422: the apiserver rejected the object (schema or CEL validation)."""
+
+
+class Forbidden(KubeError):
+    """403: RBAC does not allow the request."""
+
+
+def _error(exc: ApiException, *, creating: bool = False) -> KubeError:
+    try:
+        body = json.loads(exc.body) if exc.body else {}
+    except (TypeError, ValueError):
+        body = {}
+    message = str(body.get("message") or exc.reason or "")
+    reason = str(body.get("reason") or exc.reason or "")
+    status = int(exc.status or 0)
+    if status == 409:
+        return (AlreadyExists if creating else Conflict)(status, reason, message)
+    if status == 422:
+        return Invalid(status, reason, message)
+    if status == 403:
+        return Forbidden(status, reason, message)
+    return KubeError(status, reason, message)
+
+
+class Kube:
+    """Typed access to any resource described by a `capfleet.resources.Resource`."""
+
+    def __init__(self, api: client.ApiClient, field_manager: str) -> None:
+        self._api = api
+        self.field_manager = field_manager
+
+    @classmethod
+    @asynccontextmanager
+    async def connect(cls, field_manager: str, kubeconfig: str | None = None) -> AsyncIterator[Kube]:
+        """Connect with the in-cluster service account, else the kubeconfig (`KUBECONFIG` by default)."""
+        configuration = client.Configuration()
+        if kubeconfig is None and _in_cluster():
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        else:
+            await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        async with client.ApiClient(configuration=configuration) as api:
+            api.user_agent = field_manager
+            yield cls(api, field_manager)
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        query: Mapping[str, str] | None = None,
+        content_type: str | None = None,
+        creating: bool = False,
+    ) -> Obj:
+        headers = {"Accept": "application/json"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        try:
+            result = await self._api.call_api(
+                path,
+                method,
+                query_params=list((query or {}).items()),
+                header_params=headers,
+                body=body,
+                response_types_map=_JSON,
+                auth_settings=["BearerToken"],
+                _return_http_data_only=True,
+            )
+        except ApiException as exc:
+            raise _error(exc, creating=creating) from exc
+        return dict(result or {})
+
+    async def get(self, resource: Resource, name: str, namespace: str | None = None) -> Obj | None:
+        """The object, or None when it does not exist."""
+        try:
+            return await self._call("GET", resource.path(namespace, name))
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def list(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> list[Obj]:
+        """Every matching object, following `continue` tokens page by page."""
+        query: dict[str, str] = {"limit": "500"}
+        if label_selector:
+            query["labelSelector"] = label_selector
+        if field_selector:
+            query["fieldSelector"] = field_selector
+        items: list[Obj] = []
+        while True:
+            page = await self._call("GET", resource.path(namespace), query=query)
+            items.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return items
+            query["continue"] = token
+
+    async def create(self, resource: Resource, body: Obj, namespace: str | None = None) -> Obj:
+        """Create; raises AlreadyExists when the name is taken."""
+        return await self._call("POST", resource.path(namespace), body=body, creating=True)
+
+    async def create_or_get(
+        self, resource: Resource, body: Obj, namespace: str | None = None
+    ) -> tuple[Obj, bool]:
+        """Create, or return the existing object of that name: `(object, created)`.
+
+        For children with deterministic names: a retry after a crash finds what the first attempt made.
+        """
+        try:
+            return await self.create(resource, body, namespace), True
+        except AlreadyExists:
+            existing = await self.get(resource, body["metadata"]["name"], namespace)
+            if existing is None:  # deleted between the two calls; the next reconcile creates it again
+                raise
+            return existing, False
+
+    async def patch(
+        self, resource: Resource, name: str, patch: Obj, namespace: str | None = None
+    ) -> Obj | None:
+        """JSON merge patch; None when the object does not exist."""
+        return await self._patch(resource.path(namespace, name), patch)
+
+    async def patch_status(
+        self, resource: Resource, name: str, status: Obj, namespace: str | None = None
+    ) -> Obj | None:
+        """Merge-patch the status subresource; None when the object does not exist."""
+        return await self._patch(resource.path(namespace, name, "status"), {"status": status})
+
+    async def _patch(self, path: str, patch: Obj) -> Obj | None:
+        try:
+            return await self._call("PATCH", path, body=patch, content_type=_MERGE_PATCH)
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def apply(
+        self, resource: Resource, body: Obj, namespace: str | None = None, *, force: bool = True
+    ) -> Obj:
+        """Server-side apply of the fields in `body`, owned by this client's field manager."""
+        query = {"fieldManager": self.field_manager, "force": "true" if force else "false"}
+        path = resource.path(namespace, body["metadata"]["name"])
+        return await self._call("PATCH", path, body=body, query=query, content_type=_APPLY_PATCH)
+
+    async def delete(
+        self,
+        resource: Resource,
+        name: str,
+        namespace: str | None = None,
+        *,
+        propagation: Propagation | None = None,
+        uid: str | None = None,
+    ) -> bool:
+        """Request deletion; False when the object was already gone (or replaced, when `uid` is given)."""
+        options: Obj = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if propagation:
+            options["propagationPolicy"] = propagation
+        if uid:
+            options["preconditions"] = {"uid": uid}
+        try:
+            await self._call("DELETE", resource.path(namespace, name), body=options)
+        except KubeError as exc:
+            if exc.status == 404 or (uid and exc.status == 409):
+                return False
+            raise
+        return True
+
+
+def _in_cluster() -> bool:
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and not os.environ.get("KUBECONFIG")

@@ -1,0 +1,58 @@
+"""The metric families every operator exports on `/metrics`, and how they are recorded.
+
+Shared families mean one dashboard serves the whole fleet: reconciles by kind and result, reconcile
+duration, backend call duration by backend/operation/outcome, and objects by phase. Operators record
+through the helpers here rather than creating their own families.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import prometheus_client
+
+OPERATOR_INFO = prometheus_client.Info("capfleet_operator", "Which capfleet operator this process runs.")
+RECONCILES = prometheus_client.Counter(
+    "capfleet_reconciles", "Reconciles by kind and result.", ["kind", "result"]
+)
+RECONCILE_DURATION = prometheus_client.Histogram(
+    "capfleet_reconcile_duration_seconds",
+    "Time spent in one reconcile.",
+    ["kind"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+BACKEND_CALL_DURATION = prometheus_client.Histogram(
+    "capfleet_backend_call_duration_seconds",
+    "Time spent in calls to external systems.",
+    ["backend", "operation", "outcome"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+)
+OBJECTS = prometheus_client.Gauge("capfleet_objects", "Objects by kind and phase.", ["kind", "phase"])
+
+
+def serve(address: str, port: int) -> None:
+    """Serve the default registry over HTTP in a background thread."""
+    prometheus_client.start_http_server(port, addr=address)
+
+
+def record_reconcile(kind: str, result: str, seconds: float) -> None:
+    RECONCILES.labels(kind=kind, result=result).inc()
+    RECONCILE_DURATION.labels(kind=kind).observe(seconds)
+
+
+@contextmanager
+def backend_call(backend: str, operation: str) -> Iterator[None]:
+    """Time a call to an external system; the outcome is `ok` or the exception's class name."""
+    started = time.monotonic()
+    outcome = "ok"
+    try:
+        yield
+    except BaseException as exc:
+        outcome = type(exc).__name__
+        raise
+    finally:
+        BACKEND_CALL_DURATION.labels(backend=backend, operation=operation, outcome=outcome).observe(
+            time.monotonic() - started
+        )

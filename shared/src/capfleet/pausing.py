@@ -1,0 +1,35 @@
+"""Cluster API pause: one definition of "paused" for every operator.
+
+CAPI pauses a cluster with `Cluster.spec.paused` or the `cluster.x-k8s.io/paused` annotation (used by
+`clusterctl move`). The glue mirrors a Cluster's pause onto every child as the annotation; intermediate
+operators look only at their own object's annotation, ipam-address also at the Cluster, as the IPAM
+contract requires.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from capfleet.conditions import PAUSED, Update
+
+PAUSED_ANNOTATION = "cluster.x-k8s.io/paused"
+
+
+def annotated(meta: Mapping[str, Any]) -> bool:
+    """Whether the object itself carries the paused annotation (any value, as CAPI reads it)."""
+    return PAUSED_ANNOTATION in (meta.get("annotations") or {})
+
+
+def cluster_paused(cluster: Mapping[str, Any] | None) -> bool:
+    """Whether a CAPI Cluster object is paused by spec or annotation; a missing Cluster is not paused."""
+    if cluster is None:
+        return False
+    return bool((cluster.get("spec") or {}).get("paused")) or annotated(cluster.get("metadata") or {})
+
+
+def condition(paused: bool) -> Update:
+    """The `Paused` condition CAPI's contract asks for (reasons `Paused` / `NotPaused`)."""
+    if paused:
+        return Update.true(PAUSED, "Paused", "reconciliation is paused")
+    return Update.false(PAUSED, "NotPaused")

@@ -1,0 +1,46 @@
+"""Write status as a cache: only what differs, with conditions that keep their transition times.
+
+An idle fleet must make no API writes, so a reconcile that finds nothing new must leave kopf's patch
+empty. Handlers compute the whole desired status and hand it here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, MutableMapping
+from typing import Any
+
+from capfleet import conditions
+from capfleet.api.base import Condition
+
+
+def differences(current: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:
+    """The top-level status keys whose desired value differs from the current one."""
+    return {key: value for key, value in desired.items() if current.get(key) != value}
+
+
+def merge_into(
+    patch_status: MutableMapping[str, Any], current: Mapping[str, Any], desired: Mapping[str, Any]
+) -> None:
+    """Put into kopf's `patch.status` only the keys that change."""
+    for key, value in differences(current, desired).items():
+        patch_status[key] = value
+
+
+def with_conditions(
+    current: Mapping[str, Any],
+    updates: Iterable[conditions.Update],
+    *,
+    generation: int | None,
+    ready_steps: list[str] | None = None,
+) -> list[dict[str, Any]]:
+    """The wire form of `status.conditions` after `updates` (and, if `ready_steps`, a summarised Ready)."""
+    result = conditions.apply_all(conditions.parse(current.get("conditions")), updates, generation=generation)
+    if ready_steps is not None:
+        result = conditions.apply(result, conditions.summarize(result, ready_steps), generation=generation)
+    return conditions.to_wire(result)
+
+
+def transitions(before: Iterable[Condition], after: Iterable[Condition]) -> list[Condition]:
+    """Conditions whose status or reason changed: the moments worth an Event."""
+    old = {c.type: (c.status, c.reason) for c in before}
+    return [c for c in after if old.get(c.type) != (c.status, c.reason)]

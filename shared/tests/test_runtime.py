@@ -1,0 +1,64 @@
+"""The runtime's options, kopf settings and the handler wrapper, without a cluster."""
+
+import kopf
+import prometheus_client
+import pytest
+
+from capfleet import errors, runtime
+
+
+def test_flags_override_environment() -> None:
+    options = runtime.parse_options(
+        ["--namespace", "a", "-n", "b", "--metrics-address", "127.0.0.1:9"],
+        {
+            "CAPFLEET_NAMESPACES": "x,y",
+            "CAPFLEET_METRICS_ADDRESS": "0.0.0.0:1",
+            "CAPFLEET_LOG_FORMAT": "json",
+        },
+    )
+    assert options.namespaces == ("a", "b")
+    assert options.metrics_address == "127.0.0.1:9"
+    assert options.log_format == "json"
+    assert not options.clusterwide
+
+
+def test_environment_gives_namespaces_when_no_flag() -> None:
+    assert runtime.parse_options([], {"CAPFLEET_NAMESPACES": "x,y"}).namespaces == ("x", "y")
+    assert runtime.parse_options([], {}).clusterwide
+
+
+def test_settings_carry_the_operators_own_marks() -> None:
+    settings = kopf.OperatorSettings()
+    runtime.configure(settings, runtime.Identity("libvirt-vm"), runtime.Options(standalone=True))
+    assert settings.persistence.finalizer == "libvirt-vm.capfleet.dev/finalizer"
+    assert settings.peering.name == "capfleet-libvirt-vm"
+    assert settings.posting.enabled is False
+    assert isinstance(settings.persistence.progress_storage, kopf.AnnotationsProgressStorage)
+
+
+def _count(kind: str, result: str) -> float:
+    value = prometheus_client.REGISTRY.get_sample_value(
+        "capfleet_reconciles_total", {"kind": kind, "result": result}
+    )
+    return value or 0.0
+
+
+async def test_reconciler_translates_errors_and_counts_results() -> None:
+    @runtime.reconciler("UnitTest")
+    async def handler(retry: int) -> str:
+        if retry == 0:
+            return "done"
+        raise errors.BackendUnavailable("down")
+
+    before_ok, before_retry = _count("UnitTest", "success"), _count("UnitTest", "retry")
+    assert await handler(retry=0) == "done"
+    with pytest.raises(kopf.TemporaryError) as caught:
+        await handler(retry=2)
+    assert caught.value.delay == 8.0
+    assert _count("UnitTest", "success") == before_ok + 1
+    assert _count("UnitTest", "retry") == before_retry + 1
+
+
+def test_split_address() -> None:
+    assert runtime.split_address("127.0.0.1:8080") == ("127.0.0.1", 8080)
+    assert runtime.split_address(":9440") == ("0.0.0.0", 9440)

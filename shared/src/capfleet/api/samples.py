@@ -221,7 +221,7 @@ def _sample(kind: kinds.Kind[Any]) -> Obj:
 def invalid_samples() -> list[Invalid]:
     """Objects that break a rule of the CRDs, each with a fragment of the message it is refused with."""
     both = _sample(kinds.HYBRID_MACHINE)
-    both["spec"].update(_baremetal_machine_spec())
+    both["spec"]["baremetal"] = _baremetal_machine_spec()["baremetal"]
     bad_cidr = _sample(kinds.IPPOOL)
     bad_cidr["spec"]["addresses"].append("10.0.0.0/33")
     bad_range = _sample(kinds.IPPOOL)

@@ -8,6 +8,7 @@ delete must wait for a child's finalizer: deletion in capfleet is built on exact
 from __future__ import annotations
 
 import copy
+from collections.abc import Coroutine
 from typing import Any
 
 import pytest
@@ -30,10 +31,13 @@ def sample_of(kind: kinds.Kind[Any], name: str) -> dict[str, Any]:
 
 async def test_every_crd_is_established_with_its_labels(kube: Kube) -> None:
     for kind in kinds.ALL:
-        crd = await kube.get(resources.CUSTOM_RESOURCE_DEFINITIONS, f"{kind.resource.plural}.{kind.resource.group}")
+        crd = await kube.get(
+            resources.CUSTOM_RESOURCE_DEFINITIONS, f"{kind.resource.plural}.{kind.resource.group}"
+        )
         assert crd is not None, kind.kind
         established = [c for c in crd["status"]["conditions"] if c["type"] == "Established"]
-        assert established and established[0]["status"] == "True", kind.kind
+        assert established, kind.kind
+        assert established[0]["status"] == "True", kind.kind
         labels = crd["metadata"]["labels"]
         assert "clusterctl.cluster.x-k8s.io" in labels, kind.kind
         if kind.resource.group == "infrastructure.cluster.x-k8s.io":
@@ -55,7 +59,9 @@ async def test_valid_samples_are_accepted_and_defaulted(kube: Kube, namespace: s
     assert "allocateReservedIPAddresses" not in pool_sample["spec"]
     pool = await kube.get(kinds.IPPOOL.resource, pool_sample["metadata"]["name"], namespace)
     assert pool is not None
-    assert pool["spec"]["allocateReservedIPAddresses"] is False, "the CRD's default is applied by the apiserver"
+    assert pool["spec"]["allocateReservedIPAddresses"] is False, (
+        "the CRD's default is applied by the apiserver"
+    )
 
 
 @pytest.mark.parametrize("invalid", samples.invalid_samples(), ids=lambda invalid: invalid.name)
@@ -64,19 +70,23 @@ async def test_invalid_objects_are_refused_with_a_readable_message(
 ) -> None:
     resource = kinds.by_kind(invalid.obj["kind"]).resource
     name = invalid.obj["metadata"]["name"]
+    submit: Coroutine[Any, Any, object]
+    if invalid.before is None:
+        submit = kube.create(resource, invalid.obj, namespace)
+    else:
+        await kube.create(resource, invalid.before, namespace)
+        submit = kube.patch(resource, name, {"spec": invalid.obj["spec"]}, namespace)
     with pytest.raises(Invalid) as refused:
-        if invalid.before is None:
-            await kube.create(resource, invalid.obj, namespace)
-        else:
-            await kube.create(resource, invalid.before, namespace)
-            await kube.patch(resource, name, {"spec": invalid.obj["spec"]}, namespace)
+        await submit
     assert invalid.message in refused.value.message
     if invalid.before is None:
         assert await kube.get(resource, name, namespace) is None, "nothing is half-created"
 
 
 async def test_garbage_collector_cascades_through_two_levels(kube: Kube, namespace: str) -> None:
-    machine = await kube.create(kinds.HYBRID_MACHINE.resource, sample_of(kinds.HYBRID_MACHINE, "m1"), namespace)
+    machine = await kube.create(
+        kinds.HYBRID_MACHINE.resource, sample_of(kinds.HYBRID_MACHINE, "m1"), namespace
+    )
     vm_body = sample_of(kinds.LIBVIRT_VM, "m1-vm")
     vm_body["metadata"] = ownership.child_metadata("m1-vm", machine)
     vm = await kube.create(kinds.LIBVIRT_VM.resource, vm_body, namespace)
@@ -90,11 +100,13 @@ async def test_garbage_collector_cascades_through_two_levels(kube: Kube, namespa
         seed_left = await kube.get(resources.CONFIGMAPS, "m1-seed", namespace)
         return vm_left is None and seed_left is None
 
-    await eventually("the garbage collector to delete the child and the grandchild", all_gone, timeout=90)
+    await eventually("the garbage collector to delete the child and the grandchild", all_gone, within=90)
 
 
 async def test_foreground_delete_waits_for_a_childs_finalizer(kube: Kube, namespace: str) -> None:
-    machine = await kube.create(kinds.HYBRID_MACHINE.resource, sample_of(kinds.HYBRID_MACHINE, "m2"), namespace)
+    machine = await kube.create(
+        kinds.HYBRID_MACHINE.resource, sample_of(kinds.HYBRID_MACHINE, "m2"), namespace
+    )
     vm_body = sample_of(kinds.LIBVIRT_VM, "m2-vm")
     vm_body["metadata"] = {**ownership.child_metadata("m2-vm", machine), "finalizers": [HOLD_FINALIZER]}
     await kube.create(kinds.LIBVIRT_VM.resource, vm_body, namespace)
@@ -105,7 +117,7 @@ async def test_foreground_delete_waits_for_a_childs_finalizer(kube: Kube, namesp
         child = await kube.get(kinds.LIBVIRT_VM.resource, "m2-vm", namespace)
         return child if child and child["metadata"].get("deletionTimestamp") else None
 
-    await eventually("the garbage collector to delete the child first", child_deleting, timeout=90)
+    await eventually("the garbage collector to delete the child first", child_deleting, within=90)
     parent = await kube.get(kinds.HYBRID_MACHINE.resource, "m2", namespace)
     assert parent is not None, "the parent must wait for its child's finalizer"
     assert "foregroundDeletion" in parent["metadata"]["finalizers"]
@@ -115,4 +127,4 @@ async def test_foreground_delete_waits_for_a_childs_finalizer(kube: Kube, namesp
     async def parent_gone() -> bool:
         return await kube.get(kinds.HYBRID_MACHINE.resource, "m2", namespace) is None
 
-    await eventually("the parent to go once its child is gone", parent_gone, timeout=90)
+    await eventually("the parent to go once its child is gone", parent_gone, within=90)

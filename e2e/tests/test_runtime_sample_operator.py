@@ -11,7 +11,6 @@ import asyncio
 import json
 import time
 import urllib.request
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -33,7 +32,7 @@ IDLE_WINDOW_SECONDS = 30
 
 
 @pytest.fixture
-async def sample_crd(kube: Kube) -> AsyncIterator[None]:
+async def sample_crd(kube: Kube) -> None:
     crd = yaml.safe_load(CRD_PATH.read_text())
     await kube.create_or_get(resources.CUSTOM_RESOURCE_DEFINITIONS, crd)
 
@@ -43,7 +42,6 @@ async def sample_crd(kube: Kube) -> AsyncIterator[None]:
         return any(c["type"] == "Established" and c["status"] == "True" for c in conds)
 
     await eventually("the Sample CRD to be established", established)
-    yield
 
 
 def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
@@ -51,7 +49,9 @@ def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
     return next((c for c in conds if c["type"] == type_), None)
 
 
-async def wait_reconciled(kube: Kube, namespace: str, generation: int, type_: str = "Ready") -> dict[str, Any]:
+async def wait_reconciled(
+    kube: Kube, namespace: str, generation: int, type_: str = "Ready"
+) -> dict[str, Any]:
     async def probe() -> dict[str, Any] | None:
         obj = await kube.get(SAMPLES, "s1", namespace)
         found = condition(obj, type_)
@@ -60,13 +60,21 @@ async def wait_reconciled(kube: Kube, namespace: str, generation: int, type_: st
     return await eventually(f"{type_} at generation {generation}", probe)
 
 
+def read_url(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        body: bytes = response.read()
+        return body
+
+
 def operator_writes(events: list[dict[str, Any]]) -> list[str]:
     """Write requests made by the operator (kopf's connection or capfleet's client), as `verb uri`."""
     return [
         f"{e['verb']} {e['requestURI']}"
         for e in events
         if e.get("verb") in WRITE_VERBS
-        and (e.get("userAgent", "").startswith("kopf/") or e.get("userAgent", "").startswith("capfleet-sample"))
+        and (
+            e.get("userAgent", "").startswith("kopf/") or e.get("userAgent", "").startswith("capfleet-sample")
+        )
     ]
 
 
@@ -75,7 +83,12 @@ async def test_sample_operator_reconciles_pauses_and_stays_idle(
     control_plane: Cluster, kube: Kube, namespace: str, run_operator: RunOperator
 ) -> None:
     operator = run_operator("capfleet_e2e.sample", namespaces=[namespace])
-    body = {"apiVersion": SAMPLES.api_version, "kind": "Sample", "metadata": {"name": "s1"}, "spec": {"message": "hi"}}
+    body = {
+        "apiVersion": SAMPLES.api_version,
+        "kind": "Sample",
+        "metadata": {"name": "s1"},
+        "spec": {"message": "hi"},
+    }
     await kube.create(SAMPLES, body, namespace)
 
     reconciled = await wait_reconciled(kube, namespace, generation=1)
@@ -88,14 +101,18 @@ async def test_sample_operator_reconciles_pauses_and_stays_idle(
     assert (await wait_reconciled(kube, namespace, generation=2))["status"]["echo"] == "second"
 
     # Paused: the operator records that it saw generation 3 as paused, and leaves everything else alone.
-    await kube.patch(SAMPLES, "s1", {"metadata": {"annotations": {pausing.PAUSED_ANNOTATION: "true"}}}, namespace)
+    await kube.patch(
+        SAMPLES, "s1", {"metadata": {"annotations": {pausing.PAUSED_ANNOTATION: "true"}}}, namespace
+    )
     await kube.patch(SAMPLES, "s1", {"spec": {"message": "while paused"}}, namespace)
     paused = await wait_reconciled(kube, namespace, generation=3, type_="Paused")
     paused_condition = condition(paused, "Paused") or {}
     assert (paused_condition.get("status"), paused_condition.get("reason")) == ("True", "Paused")
     assert paused["status"]["echo"] == "second"
 
-    await kube.patch(SAMPLES, "s1", {"metadata": {"annotations": {pausing.PAUSED_ANNOTATION: None}}}, namespace)
+    await kube.patch(
+        SAMPLES, "s1", {"metadata": {"annotations": {pausing.PAUSED_ANNOTATION: None}}}, namespace
+    )
 
     async def resumed() -> dict[str, Any] | None:
         obj = await kube.get(SAMPLES, "s1", namespace)
@@ -105,10 +122,9 @@ async def test_sample_operator_reconciles_pauses_and_stays_idle(
     assert (condition(unpaused, "Paused") or {}).get("reason") == "NotPaused"
 
     # The runtime's endpoints.
-    with urllib.request.urlopen(f"http://127.0.0.1:{operator.health_port}/healthz", timeout=5) as response:
-        assert response.status == 200
-        assert json.loads(response.read())["operator"] == "sample"
-    exposition = operator.metrics()
+    health = await asyncio.to_thread(read_url, f"http://127.0.0.1:{operator.health_port}/healthz")
+    assert json.loads(health)["operator"] == "sample"
+    exposition = await asyncio.to_thread(operator.metrics)
     for family in (
         "capfleet_reconciles_total",
         "capfleet_reconcile_duration_seconds",
@@ -130,4 +146,5 @@ async def test_sample_operator_reconciles_pauses_and_stays_idle(
     events, _ = control_plane.audit_events(offset)
     assert time.monotonic() - started >= IDLE_WINDOW_SECONDS
     assert operator_writes(events) == []
-    assert operator.component is not None and operator.component.process.poll() is None
+    assert operator.component is not None
+    assert operator.component.process.poll() is None, "the operator is still running"

@@ -70,7 +70,7 @@ async def rejection(kube: Kube, invalid: samples.Invalid) -> str:
 
 
 def main() -> None:
-    say("capfleet demo — what exists today: the API, the shared runtime and the five operators starting on it.")
+    say("capfleet demo — what exists today: the API, the shared runtime and five operators starting on it.")
     say("The operators do not reconcile their kinds yet (that is the work of the next issues).\n")
     cluster = start_cluster()
     operators: list[OperatorProcess] = []
@@ -80,8 +80,10 @@ def main() -> None:
         log_dir.mkdir(parents=True, exist_ok=True)
         for module in OPERATOR_MODULES:
             operators.append(OperatorProcess(module, str(cluster.kubeconfig), log_dir).start())
-            say(f"  operator {module:<20} live: health 127.0.0.1:{operators[-1].health_port}/healthz, "
-                f"metrics 127.0.0.1:{operators[-1].metrics_port}/metrics")
+            say(
+                f"  operator {module:<20} live: health 127.0.0.1:{operators[-1].health_port}/healthz, "
+                f"metrics 127.0.0.1:{operators[-1].metrics_port}/metrics"
+            )
         say()
         asyncio.run(apply_samples(cluster.kubeconfig))
         kubectl = cluster.kubectl.binary if hasattr(cluster.kubectl, "binary") else "kubectl"

@@ -32,7 +32,9 @@ async def namespace(kube: Kube, request: pytest.FixtureRequest) -> AsyncIterator
     """A namespace of the test's own, deleted (with everything in it) afterwards."""
     slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
     name = f"{slug}-{secrets.token_hex(3)}"
-    await kube.create(resources.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    await kube.create(
+        resources.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    )
     yield name
     await kube.delete(resources.NAMESPACES, name)
 

@@ -15,15 +15,15 @@ T = TypeVar("T")
 
 
 async def eventually(
-    what: str, probe: Callable[[], Awaitable[T | None]], timeout: float = 60.0, interval: float = 0.2
+    what: str, probe: Callable[[], Awaitable[T | None]], within: float = 60.0, interval: float = 0.2
 ) -> T:
-    """Await `probe` until it returns something other than None or False; raise after `timeout`."""
-    deadline = time.monotonic() + timeout
+    """Await `probe` until it returns something other than None or False; raise after `within` s."""
+    deadline = time.monotonic() + within
     last: object = None
     while True:
         last = await probe()
         if last is not None and last is not False:
-            return last  # type: ignore[return-value]
+            return last
         if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last seen: {last!r}")
+            raise AssertionError(f"timed out after {within:.0f}s waiting for {what}; last seen: {last!r}")
         await asyncio.sleep(interval)

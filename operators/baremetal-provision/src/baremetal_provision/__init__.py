@@ -1,1 +1,1 @@
-"""The baremetal-provision operator: provisions bare-metal servers through their BMCs with iPXE and NoCloud."""
+"""The baremetal-provision operator: provisions bare-metal servers through their BMCs (iPXE, NoCloud)."""

@@ -4,7 +4,7 @@ SHELL := bash
 UV := uv run --frozen
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint typecheck crds crds-check unit integration clean
+.PHONY: setup demo test lint typecheck crds crds-check unit integration bench-ipam clean
 
 setup:
 	bash hack/setup.sh
@@ -35,6 +35,10 @@ unit: setup
 
 integration: setup
 	$(UV) pytest -m integration $(PYTEST_ARGS)
+
+## bench-ipam: ipam-address against the Go in-cluster IPAM provider, 1,000 claims each (not part of test).
+bench-ipam: setup
+	$(UV) python -m capfleet_e2e.bench.ipam
 
 clean:
 	rm -rf _artifacts .pytest_cache .mypy_cache .ruff_cache

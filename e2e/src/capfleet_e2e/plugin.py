@@ -68,5 +68,14 @@ def kubeconfig(control_plane: Cluster) -> Path:
 
 
 from capfleet_e2e.fixtures import kube, namespace, run_operator  # noqa: E402  (fixtures of this plugin)
+from capfleet_e2e.netbox.fixtures import netbox, netbox_server_factory  # noqa: E402
 
-__all__ = ["control_plane", "kube", "kubeconfig", "namespace", "run_operator"]
+__all__ = [
+    "control_plane",
+    "kube",
+    "kubeconfig",
+    "namespace",
+    "netbox",
+    "netbox_server_factory",
+    "run_operator",
+]

@@ -8,11 +8,11 @@ must leave no IPAddress behind.
 from __future__ import annotations
 
 import pytest
+from ipam_helpers import ADDRESSES, CLAIMS, addresses_in, bound_address, create_claims, create_pool, pool_ref
 
 from capfleet.kube import Kube
 from capfleet_e2e.fixtures import RunOperator
 from capfleet_e2e.waiting import eventually
-from ipam_helpers import ADDRESSES, CLAIMS, addresses_in, bound_address, create_claims, create_pool, pool_ref
 
 pytestmark = pytest.mark.integration
 

@@ -8,6 +8,7 @@ as a timeline of transitions and a stuck object does not flood the API.
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -50,6 +51,32 @@ def build(
         "eventTime": None,
         "count": 1,
     }
+
+
+class Recorder:
+    """Posts an Event when an object's (type, reason) changes, judged by what this process last posted.
+
+    Handlers often see an object older than the status they just wrote, so comparing with the object
+    would post the same transition twice. The memory is bounded and starts empty after a restart (one
+    repeated Event at most).
+    """
+
+    def __init__(self, kube: Kube, capacity: int = 20_000) -> None:
+        self._kube = kube
+        self._capacity = capacity
+        self._last: OrderedDict[str, tuple[str, str]] = OrderedDict()
+
+    async def transition(
+        self, obj: Mapping[str, Any], event_type: EventType, reason: str, message: str
+    ) -> None:
+        uid = str(obj["metadata"].get("uid") or obj["metadata"]["name"])
+        if self._last.get(uid) == (event_type, reason):
+            return
+        self._last[uid] = (event_type, reason)
+        self._last.move_to_end(uid)
+        while len(self._last) > self._capacity:
+            self._last.popitem(last=False)
+        await post(self._kube, obj, event_type, reason, message)
 
 
 async def post(kube: Kube, obj: Mapping[str, Any], event_type: EventType, reason: str, message: str) -> None:

@@ -22,7 +22,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import kopf
 
-from capfleet import errors, metrics
+from capfleet import errors, events, metrics
 from capfleet.kube import Kube
 
 P = ParamSpec("P")
@@ -151,6 +151,14 @@ def kube(memo: kopf.Memo) -> Kube:
     return client
 
 
+def recorder(memo: kopf.Memo) -> events.Recorder:
+    """The operator's Event recorder, created at startup."""
+    found = memo.get("events")
+    if not isinstance(found, events.Recorder):
+        raise RuntimeError("the capfleet runtime did not start: no event recorder in memo")
+    return found
+
+
 def reconciler(kind: str) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
     """Wrap a handler: record its duration and result, and turn capfleet errors into kopf retries."""
 
@@ -191,6 +199,7 @@ def _install(registry: kopf.OperatorRegistry, identity: Identity, options: Optio
         memo["kube"] = await stack.enter_async_context(
             Kube.connect(identity.field_manager, options.kubeconfig)
         )
+        memo["events"] = events.Recorder(memo["kube"])
 
     @kopf.on.cleanup(registry=registry)
     async def stop_runtime(memo: kopf.Memo, **_: Any) -> None:

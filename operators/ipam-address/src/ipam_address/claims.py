@@ -15,7 +15,7 @@ from typing import Any
 from capfleet import conditions, errors, ownership, pausing, resources
 from capfleet.conditions import Update
 from capfleet.kube import Kube
-from ipam_address import spaces
+from ipam_address import netbox_pools, spaces
 from ipam_address.allocator import Allocator, Owner
 from ipam_address.pools import GROUP, IN_CLUSTER, PoolInfo, PoolKey, key_of_ref, space_of
 
@@ -137,8 +137,32 @@ async def allocate_in_cluster(
     return actual
 
 
-async def reconcile(kube: Kube, allocator: Allocator, lookups: Lookups, claim: Mapping[str, Any]) -> Outcome:
-    """Bring one claim of an in-cluster pool to Ready with its IPAddress; raise to retry."""
+async def allocate_in_netbox(
+    kube: Kube, clients: netbox_pools.Clients, claim: Mapping[str, Any], pool: PoolInfo
+) -> str | None:
+    """Create the claim's IPAddress from the NetBox address it owns or is given; None when all are full."""
+    if not pool.ready:
+        raise errors.DependencyMissing(
+            f"{pool.key.describe()} is not ready: {pool.message}", reason=POOL_NOT_READY
+        )
+    addressing = await clients.for_pool(kube, pool)
+    allocated = await netbox_pools.allocate(addressing, claim, pool, cluster_name(claim))
+    if allocated is None:
+        return None
+    body = ip_address_body(claim, pool, spaces.canonical(allocated.ip))
+    body["spec"]["prefix"] = allocated.prefix_length
+    created, _ = await kube.create_or_get(resources.IP_ADDRESSES, body, claim["metadata"]["namespace"])
+    return spaces.canonical(created["spec"]["address"])
+
+
+async def reconcile(
+    kube: Kube,
+    allocator: Allocator,
+    netbox_clients: netbox_pools.Clients,
+    lookups: Lookups,
+    claim: Mapping[str, Any],
+) -> Outcome:
+    """Bring one claim to Ready with its IPAddress; raise to retry."""
     meta = claim["metadata"]
     key = pool_key(claim)
     if key is None:
@@ -152,7 +176,7 @@ async def reconcile(kube: Kube, allocator: Allocator, lookups: Lookups, claim: M
     elif key.kind == IN_CLUSTER:
         address = await allocate_in_cluster(kube, allocator, lookups, claim, pool)
     else:
-        raise errors.DependencyMissing(f"{key.describe()}: pool kind not served yet", reason=POOL_NOT_READY)
+        address = await allocate_in_netbox(kube, netbox_clients, claim, pool)
     if address is None:
         raise errors.Waiting(f"{key.describe()} has no free address", reason=POOL_EXHAUSTED)
     return Outcome(
@@ -172,8 +196,14 @@ def failure_status(claim: Mapping[str, Any], error: errors.CapfleetError) -> dic
     return status_with(claim, pausing.condition(False), Update.false(conditions.READY, reason, error.message))
 
 
-async def release(kube: Kube, claim: Mapping[str, Any]) -> None:
-    """Let the claim's IPAddress go: drop its protecting finalizer and delete it."""
+async def release(
+    kube: Kube, netbox_clients: netbox_pools.Clients, lookups: Lookups, claim: Mapping[str, Any]
+) -> None:
+    """Release the claim's address in NetBox (unless moving), then let its IPAddress go."""
+    key = pool_key(claim)
+    pool = lookups.pool(key) if key is not None else None
+    if pool is not None and key is not None and key.kind != IN_CLUSTER and not for_move(claim["metadata"]):
+        await netbox_pools.release(await netbox_clients.for_pool(kube, pool), claim, pool)
     meta = claim["metadata"]
     address = await kube.get(resources.IP_ADDRESSES, meta["name"], meta["namespace"])
     if address is None or not ownership.is_owned_by(address, claim):

@@ -13,7 +13,7 @@ import kopf
 
 from capfleet import errors, runtime, statuses
 from capfleet.api import kinds
-from ipam_address import claims, pool_status, pools, serving, spaces
+from ipam_address import claims, netbox_pools, pool_status, pools, serving, spaces
 from ipam_address.allocator import Allocator, Owner
 from ipam_address.pools import PoolInfo, PoolKey
 
@@ -104,6 +104,16 @@ def create_allocator(memo: kopf.Memo, **_: Any) -> None:
     # At startup, in the operator-wide memo: kopf gives each object a shallow copy of it, so an
     # allocator created inside a handler would be private to one claim.
     memo["allocator"] = Allocator()
+    memo["netbox_clients"] = netbox_pools.Clients()
+
+
+def context(memo: kopf.Memo, kwargs: dict[str, Any]) -> serving.Context:
+    clients = memo.get("netbox_clients")
+    if not isinstance(clients, netbox_pools.Clients):
+        raise RuntimeError("ipam-address did not start: no NetBox clients in memo")
+    return serving.Context(
+        runtime.kube(memo), runtime.recorder(memo), allocator(memo), clients, lookups(kwargs)
+    )
 
 
 def allocator(memo: kopf.Memo) -> Allocator:
@@ -126,34 +136,31 @@ async def serve_claim(
     memo: kopf.Memo,
     **kwargs: Any,
 ) -> None:
-    views = lookups(kwargs)
-    await serving.serve_claim(
-        runtime.kube(memo), allocator(memo), views, body, patch.metadata.annotations, patch.status
-    )
+    await serving.serve_claim(context(memo, kwargs), body, patch.metadata.annotations, patch.status)
 
 
-@kopf.on.event(*CLAIMS, when=ours)
-async def repair_claim_status(
-    type: str,
-    body: kopf.Body,
-    memo: kopf.Memo,
-    **kwargs: Any,
-) -> None:
-    if type in {"ADDED", "MODIFIED"} and serving.claim_needs_repair(body):
-        views = lookups(kwargs)
-        meta = body["metadata"]
-        await serving.repair_claim(
-            runtime.kube(memo), allocator(memo), views, meta["namespace"], meta["name"]
-        )
+def lost_status(body: kopf.Body, spec: kopf.Spec, namespace: str | None, **_: Any) -> bool:
+    return ours(spec, namespace) and serving.claim_needs_repair(body)
+
+
+# A claim that was served but lost its status (wiped, or restored without it) is served again once it
+# has been quiet for a moment; during normal serving, the gap between kopf's two patches never lasts.
+@kopf.timer(*CLAIMS, interval=5.0, idle=3.0, when=lost_status)
+@runtime.reconciler("IPAddressClaim")
+async def repair_claim_status(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **kwargs: Any) -> None:
+    await serving.serve_claim(context(memo, kwargs), body, patch.metadata.annotations, patch.status)
 
 
 @kopf.on.delete(*CLAIMS, when=ours)
 @runtime.reconciler("IPAddressClaim")
-async def release_claim(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    kube = runtime.kube(memo)
-    if not claims.for_move(body["metadata"]) and await claims.is_paused(kube, body):
+async def release_claim(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
+    ctx = context(memo, kwargs)
+    if not claims.for_move(body["metadata"]) and await claims.is_paused(ctx.kube, body):
         raise errors.Waiting("the claim's Cluster is paused; the address is released once it is unpaused")
-    await claims.release(kube, body)
+    await claims.release(ctx.kube, ctx.netbox_clients, ctx.lookups, body)
+    key = claims.pool_key(body)
+    if key is not None:
+        ctx.allocator.released(key)
 
 
 # IPAddresses of our pools.
@@ -166,8 +173,7 @@ async def observe_address(
     memo: kopf.Memo,
     **kwargs: Any,
 ) -> None:
-    views = lookups(kwargs)
-    await serving.observe_address(runtime.kube(memo), allocator(memo), views, type, body)
+    await serving.observe_address(context(memo, kwargs), type, body)
 
 
 # In-cluster pools.
@@ -195,7 +201,21 @@ async def keep_pool_status(
     )
 
 
+# NetBox pools.
+
+
+@kopf.on.resume(*NETBOX_POOLS)
+@kopf.on.create(*NETBOX_POOLS)
+@kopf.on.update(*NETBOX_POOLS)
+@runtime.reconciler("NetboxIPPool")
+async def check_netbox_pool(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **kwargs: Any) -> None:
+    ctx = context(memo, kwargs)
+    await netbox_pools.check_into(ctx.kube, ctx.netbox_clients, body, patch.status)
+    ctx.allocator.released(pools.info_of(body).key)
+
+
 @kopf.on.delete(*IPPOOLS)
+@kopf.on.delete(*NETBOX_POOLS)
 @runtime.reconciler("IPPool")
 async def guard_pool_deletion(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
     in_use = len(list(index(kwargs, "pool_addresses").get(pools.info_of(body).key, ())))

@@ -40,6 +40,9 @@ class PoolInfo:
     generation: int
     spec: Mapping[str, Any]
     deleting: bool
+    ready: bool = True
+    message: str = ""
+    """For NetBox pools: whether the last check passed, and what it found."""
 
     def owner_reference(self) -> dict[str, Any]:
         return {
@@ -61,6 +64,9 @@ def key_of_ref(namespace: str, ref: Mapping[str, Any] | None) -> PoolKey | None:
 
 def info_of(body: Mapping[str, Any]) -> PoolInfo:
     meta = body["metadata"]
+    conds = (body.get("status") or {}).get("conditions") or []
+    ready = next((c for c in conds if c.get("type") == "Ready"), None)
+    checked = ready is not None and ready.get("observedGeneration") == meta.get("generation")
     return PoolInfo(
         key=PoolKey(meta["namespace"], body["kind"], meta["name"]),
         uid=meta["uid"],
@@ -68,6 +74,8 @@ def info_of(body: Mapping[str, Any]) -> PoolInfo:
         generation=int(meta.get("generation") or 0),
         spec=dict(body.get("spec") or {}),
         deleting=bool(meta.get("deletionTimestamp")),
+        ready=body.get("kind") != NETBOX or (checked and ready is not None and ready.get("status") == "True"),
+        message=str((ready or {}).get("message") or "not checked yet"),
     )
 
 

@@ -10,42 +10,58 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
 from typing import Any
 
 from capfleet import errors, events, resources, statuses
 from capfleet.kube import Kube
-from ipam_address import claims, spaces
+from ipam_address import claims, netbox_pools, spaces
 from ipam_address.allocator import Allocator
 from ipam_address.pools import key_of_ref
 
-EXHAUSTED_WAIT_SECONDS = 20.0
+WAIT_IN_HANDLER_SECONDS = 20.0
+"""How long a claim waits inside its handler for its pool to free an address or become ready."""
+
+
+@dataclass(frozen=True)
+class Context:
+    """What every claim operation needs: the API, the allocation state, NetBox clients, kopf's indexes."""
+
+    kube: Kube
+    recorder: events.Recorder
+    allocator: Allocator
+    netbox_clients: netbox_pools.Clients
+    lookups: claims.Lookups
 
 
 async def serve_claim(
-    kube: Kube,
-    allocator: Allocator,
-    lookups: claims.Lookups,
+    ctx: Context,
     claim: Mapping[str, Any],
     annotations: MutableMapping[str, Any],
     status: MutableMapping[str, Any],
 ) -> None:
-    """Reconcile a claim into kopf's patch; on exhaustion, wait here for an address to free up."""
-    deadline = time.monotonic() + EXHAUSTED_WAIT_SECONDS
+    """Reconcile a claim into kopf's patch; on exhaustion or a pool not ready, wait here for a change."""
+    kube = ctx.kube
+    deadline = time.monotonic() + WAIT_IN_HANDLER_SECONDS
     current_status = dict(claim.get("status") or {})
     while True:
         try:
-            outcome = await claims.reconcile(kube, allocator, lookups, claim)
+            outcome = await claims.reconcile(kube, ctx.allocator, ctx.netbox_clients, ctx.lookups, claim)
         except errors.CapfleetError as exc:
             failed = claims.failure_status(claim, exc)
             key = claims.pool_key(claim)
             remaining = deadline - time.monotonic()
-            if exc.reason == claims.POOL_EXHAUSTED and key is not None and remaining > 0:
-                await write_status(kube, claim, current_status, failed, warn=exc)
+            if (
+                exc.reason in {claims.POOL_EXHAUSTED, claims.POOL_NOT_READY}
+                and key is not None
+                and remaining > 0
+            ):
+                await write_status(kube, claim, current_status, failed)
+                await ctx.recorder.transition(claim, "Warning", exc.reason, exc.message)
                 current_status.update(failed)
-                if await allocator.wait_for_release(key, remaining):
+                if await ctx.allocator.wait_for_release(key, remaining):
                     continue
-            if failed != {k: current_status.get(k) for k in failed}:
-                await events.post(kube, claim, "Warning", exc.reason, exc.message)
+            await ctx.recorder.transition(claim, "Warning", exc.reason, exc.message)
             statuses.merge_into(status, claim.get("status") or {}, failed)
             raise
         if outcome.annotations != {
@@ -61,8 +77,6 @@ async def write_status(
     claim: Mapping[str, Any],
     current: Mapping[str, Any],
     desired: Mapping[str, Any],
-    *,
-    warn: errors.CapfleetError | None = None,
 ) -> None:
     """Write a claim's status now (not at the end of the handler), if it differs."""
     changed = statuses.differences(current, desired)
@@ -70,21 +84,18 @@ async def write_status(
         return
     meta = claim["metadata"]
     await kube.patch_status(resources.IP_ADDRESS_CLAIMS, meta["name"], changed, meta["namespace"])
-    if warn is not None:
-        await events.post(kube, claim, "Warning", warn.reason, warn.message)
 
 
-async def repair_claim(
-    kube: Kube, allocator: Allocator, lookups: claims.Lookups, namespace: str, name: str
-) -> None:
+async def repair_claim(ctx: Context, namespace: str, name: str) -> None:
     """Re-serve a live claim outside its own handler (its IPAddress vanished, or its status was lost)."""
+    kube = ctx.kube
     claim = await kube.get(resources.IP_ADDRESS_CLAIMS, name, namespace)
     if claim is None or claim["metadata"].get("deletionTimestamp") or claims.pool_key(claim) is None:
         return
     annotations: dict[str, Any] = {}
     status: dict[str, Any] = {}
     try:
-        await serve_claim(kube, allocator, lookups, claim, annotations, status)
+        await serve_claim(ctx, claim, annotations, status)
     finally:
         if annotations:
             await kube.patch(
@@ -95,13 +106,12 @@ async def repair_claim(
 
 
 async def observe_address(
-    kube: Kube,
-    allocator: Allocator,
-    lookups: claims.Lookups,
+    ctx: Context,
     event_type: str | None,
     address: Mapping[str, Any],
 ) -> None:
     """React to an IPAddress of one of our pools appearing, changing, or going away."""
+    kube, allocator = ctx.kube, ctx.allocator
     meta, spec = address["metadata"], address.get("spec") or {}
     key = key_of_ref(meta["namespace"], spec.get("poolRef"))
     if key is None:
@@ -110,9 +120,9 @@ async def observe_address(
     claim_name = (spec.get("claimRef") or {}).get("name") or meta["name"]
     if event_type == "DELETED":
         allocator.released(key)
-        await repair_claim(kube, allocator, lookups, meta["namespace"], claim_name)
+        await repair_claim(ctx, meta["namespace"], claim_name)
         return
-    if lookups.owner(key)(text) == claim_name:
+    if ctx.lookups.owner(key)(text) == claim_name:
         allocator.settle(key, text)
     if meta.get("deletionTimestamp") and claims.PROTECT_FINALIZER in (meta.get("finalizers") or []):
         claim = await kube.get(resources.IP_ADDRESS_CLAIMS, claim_name, meta["namespace"])

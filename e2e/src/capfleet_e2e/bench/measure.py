@@ -1,0 +1,201 @@
+"""The pure half of the IPAM benchmark: what a figure means, how it is computed, and how it is shown.
+
+Kept apart from the code that drives the cluster so that each rule (which audit events count as a
+provider's requests, what a duplicate is, how CPU and peak RSS are read from /proc) is unit-tested on
+made-up input, and the benchmark's verdict never depends on untested arithmetic.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+Obj = Mapping[str, Any]
+
+# The figures compared between providers: (key, column title, format). Lower is better for all but rate.
+FIGURES = (
+    ("seconds_to_all_bound", "time to all bound (s)", "{:.2f}"),
+    ("claims_per_second", "claims/s", "{:.1f}"),
+    ("requests_per_claim", "API requests/claim", "{:.2f}"),
+    ("cpu_seconds", "CPU s (total)", "{:.2f}"),
+    ("cpu_burst_seconds", "CPU s (burst)", "{:.2f}"),
+    ("peak_rss_mib", "peak RSS (MiB)", "{:.1f}"),
+    ("duplicates", "duplicates", "{:d}"),
+)
+
+
+@dataclass(frozen=True)
+class ProcSample:
+    """CPU time (user + system) and peak resident set size of one process."""
+
+    cpu_seconds: float
+    peak_rss_bytes: int
+
+
+def parse_cpu_seconds(stat: str, ticks_per_second: int) -> float:
+    """utime + stime from the text of /proc/<pid>/stat (fields 14 and 15), in seconds.
+
+    The command name (field 2) is in parentheses and may hold spaces or parentheses itself, so the
+    fields are counted from the last ')'.
+    """
+    rest = stat[stat.rindex(")") + 2 :].split()  # rest[0] is field 3 (state)
+    return (int(rest[11]) + int(rest[12])) / ticks_per_second
+
+
+def parse_peak_rss(status: str) -> int:
+    """VmHWM (the peak resident set size) from the text of /proc/<pid>/status, in bytes."""
+    for line in status.splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024  # the kernel always writes "kB"
+    raise ValueError("no VmHWM line in /proc/<pid>/status")
+
+
+def read_proc(pid: int) -> ProcSample:
+    """The live process's CPU seconds and peak RSS, read from /proc (so: before stopping it)."""
+    with open(f"/proc/{pid}/stat") as stat, open(f"/proc/{pid}/status") as status:
+        return ProcSample(
+            parse_cpu_seconds(stat.read(), os.sysconf("SC_CLK_TCK")), parse_peak_rss(status.read())
+        )
+
+
+@dataclass
+class Requests:
+    """One user's API requests: each audit ID once (a watch logs ResponseStarted and ResponseComplete)."""
+
+    total: int = 0
+    by_verb: dict[str, int] = field(default_factory=dict)
+    user_agents: list[str] = field(default_factory=list)
+
+
+def requests_of(events: Iterable[Obj], username: str) -> Requests:
+    """The requests that `username` made, among `events` (audit log lines)."""
+    seen: set[str] = set()
+    verbs: Counter[str] = Counter()
+    agents: set[str] = set()
+    for event in events:
+        if (event.get("user") or {}).get("username") != username:
+            continue
+        audit_id = str(event.get("auditID"))
+        if audit_id in seen:
+            continue
+        seen.add(audit_id)
+        verbs[str(event.get("verb"))] += 1
+        agents.add(str(event.get("userAgent")))
+    return Requests(len(seen), dict(sorted(verbs.items())), sorted(agents))
+
+
+@dataclass
+class Allocation:
+    """The contract's outcome for a set of claims: who is unbound, which addresses are handed out twice."""
+
+    bound: int = 0
+    unbound: list[str] = field(default_factory=list)
+    duplicates: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.unbound or self.duplicates or self.problems)
+
+
+def check_allocations(claims: Sequence[Obj], addresses: Sequence[Obj]) -> Allocation:
+    """Every claim bound to an existing IPAddress that names it back, and no address held twice.
+
+    `duplicates` counts IPAddresses whose address another IPAddress already holds, so 0 is the only
+    acceptable value; it looks at every IPAddress, bound to a claim or not.
+    """
+    result = Allocation()
+    by_name = {a["metadata"]["name"]: a for a in addresses}
+    for claim in claims:
+        name = claim["metadata"]["name"]
+        ref = ((claim.get("status") or {}).get("addressRef") or {}).get("name")
+        if not ref:
+            result.unbound.append(name)
+            continue
+        address = by_name.get(ref)
+        if address is None:
+            result.problems.append(f"claim {name}: addressRef {ref} does not exist")
+            continue
+        claim_ref = ((address.get("spec") or {}).get("claimRef") or {}).get("name")
+        if claim_ref != name:
+            result.problems.append(f"claim {name}: IPAddress {ref} belongs to claim {claim_ref}")
+            continue
+        result.bound += 1
+    holders: dict[str, list[str]] = {}
+    for address in addresses:
+        ip = str((address.get("spec") or {}).get("address"))
+        holders.setdefault(ip, []).append(address["metadata"]["name"])
+    for ip, names in sorted(holders.items()):
+        if len(names) > 1:
+            result.duplicates += len(names) - 1
+            result.problems.append(
+                f"address {ip} held by {len(names)} IPAddresses: {', '.join(sorted(names))}"
+            )
+    return result
+
+
+@dataclass
+class ScenarioResult:
+    """One provider's run: the figures, and what went wrong if anything did."""
+
+    name: str
+    provider: str
+    claims: int
+    seconds_to_all_bound: float | None = None
+    claims_per_second: float | None = None
+    create_seconds: float | None = None
+    requests: int | None = None
+    requests_per_claim: float | None = None
+    requests_by_verb: dict[str, int] = field(default_factory=dict)
+    user_agents: list[str] = field(default_factory=list)
+    startup_requests: int | None = None
+    cpu_seconds: float | None = None
+    cpu_burst_seconds: float | None = None
+    peak_rss_mib: float | None = None
+    bound: int | None = None
+    duplicates: int | None = None
+    problems: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and not self.problems and self.duplicates == 0 and self.bound == self.claims
+
+
+def ratios(capfleet: ScenarioResult, reference: ScenarioResult) -> dict[str, float | None]:
+    """capfleet / reference for every figure (None when either is missing or the reference is 0)."""
+    out: dict[str, float | None] = {}
+    for key, _, _ in FIGURES:
+        ours, theirs = getattr(capfleet, key), getattr(reference, key)
+        out[key] = None if ours is None or theirs is None or theirs == 0 else ours / theirs
+    return out
+
+
+def _cell(value: float | None, fmt: str) -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def format_table(results: Sequence[ScenarioResult], ratio: Mapping[str, float | None] | None) -> str:
+    """A plain-text table: one row per provider, then the capfleet/reference ratio when both ran."""
+    header = ["", *(title for _, title, _ in FIGURES)]
+    rows = [[r.name, *(_cell(getattr(r, key), fmt) for key, _, fmt in FIGURES)] for r in results]
+    if ratio is not None:
+        rows.append(["capfleet/reference", *(_cell(ratio[key], "{:.2f}") for key, _, _ in FIGURES)])
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    lines = [
+        "  ".join(
+            cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in [header, *rows]
+    ]
+    return "\n".join([lines[0], "-" * len(lines[0]), *lines[1:]])
+
+
+def report(
+    results: Sequence[ScenarioResult], ratio: Mapping[str, float | None] | None, **meta: Any
+) -> dict[str, Any]:
+    """The JSON document written to _artifacts/bench-ipam.json."""
+    return {**meta, "results": [asdict(r) for r in results], "ratio_capfleet_over_reference": ratio}

@@ -1,0 +1,1 @@
+"""External systems ipam-address talks to, each behind a small Protocol."""

@@ -1,0 +1,113 @@
+"""NetboxIPPool logic: which NetBox client a pool uses, whether the pool is usable, and allocation.
+
+A pool is checked once per change (connection, token, the owner custom field, its prefixes and ranges),
+and its Ready condition says what is wrong; claims of a pool that is not Ready wait without calling
+NetBox, so a bad token or a missing custom field never turns into a storm of requests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, MutableMapping
+from typing import Any
+
+from capfleet import conditions, errors, netbox, resources, statuses
+from capfleet.conditions import Update
+from capfleet.kube import Kube
+from ipam_address.backends.netbox import OWNER_FIELD, Addressing, NetboxAddress, PynetboxAddressing, targets
+from ipam_address.pools import PoolInfo, info_of
+
+MANAGED_TAG = "capfleet"
+AddressingFactory = Callable[[netbox.Connection], Addressing]
+
+
+class Clients:
+    """One NetBox client per connection Secret version, shared by every claim of the pools that use it."""
+
+    def __init__(self, factory: AddressingFactory | None = None) -> None:
+        self._factory = factory or (lambda connection: PynetboxAddressing(netbox.open_api(connection)))
+        self._clients: dict[tuple[str, str, str], Addressing] = {}
+
+    async def for_pool(self, kube: Kube, pool: PoolInfo) -> Addressing:
+        secret_name = str((pool.spec.get("connectionSecretRef") or {}).get("name", ""))
+        secret = await kube.get(resources.SECRETS, secret_name, pool.key.namespace)
+        if secret is None:
+            message = f"Secret {pool.key.namespace}/{secret_name} does not exist"
+            raise errors.DependencyMissing(message, reason="SecretMissing")
+        key = (pool.key.namespace, secret_name, str(secret["metadata"].get("resourceVersion")))
+        if key not in self._clients:
+            self._clients = {k: v for k, v in self._clients.items() if k[:2] != key[:2]}
+            self._clients[key] = self._factory(netbox.connection_from_secret(secret))
+        return self._clients[key]
+
+
+def owner_of(claim: Mapping[str, Any], pool: PoolInfo) -> str:
+    """The owner custom field's value: the claim's namespace/name and the pool; stable across moves."""
+    meta = claim["metadata"]
+    return f"{meta['namespace']}/{meta['name']}@{pool.key.name}"
+
+
+def ip_fields(claim: Mapping[str, Any], pool: PoolInfo, cluster: str | None) -> dict[str, Any]:
+    meta, spec = claim["metadata"], pool.spec
+    fields: dict[str, Any] = {
+        "status": spec.get("status") or "active",
+        "description": f"capfleet: IPAddressClaim {meta['namespace']}/{meta['name']}",
+        "tags": [{"slug": slug} for slug in dict.fromkeys([MANAGED_TAG, *(spec.get("tags") or [])])],
+        "custom_fields": {OWNER_FIELD: owner_of(claim, pool)},
+    }
+    if spec.get("tenant"):
+        fields["tenant"] = {"slug": spec["tenant"]}
+    template = spec.get("dnsNameTemplate")
+    if template:
+        fields["dns_name"] = (
+            template.replace("{name}", meta["name"])
+            .replace("{namespace}", meta["namespace"])
+            .replace("{cluster}", cluster or "")
+        )
+    return fields
+
+
+async def allocate(
+    addressing: Addressing, claim: Mapping[str, Any], pool: PoolInfo, cluster: str | None
+) -> NetboxAddress | None:
+    """The claim's NetBox address: the one it already owns, else a new one from the first target with room."""
+    owned = await addressing.find_owned(owner_of(claim, pool))
+    if owned is not None:
+        return owned
+    fields = ip_fields(claim, pool, cluster)
+    for target in targets(pool.spec):
+        allocated = await addressing.allocate(target, fields)
+        if allocated is not None:
+            return allocated
+    return None
+
+
+async def release(addressing: Addressing, claim: Mapping[str, Any], pool: PoolInfo) -> None:
+    owned = await addressing.find_owned(owner_of(claim, pool))
+    if owned is not None and pool.spec.get("releasePolicy", "Delete") == "Delete":
+        await addressing.release(owned.id)
+
+
+def pool_status(body: Mapping[str, Any], failure: errors.CapfleetError | None) -> dict[str, Any]:
+    ready = (
+        Update.true(conditions.READY, "Ready", "NetBox connection, custom field and prefixes checked")
+        if failure is None
+        else Update.false(conditions.READY, failure.reason, failure.message)
+    )
+    generation = body["metadata"].get("generation")
+    return {"conditions": statuses.with_conditions(body.get("status") or {}, [ready], generation=generation)}
+
+
+async def check_into(
+    kube: Kube, clients: Clients, body: Mapping[str, Any], patch_status: MutableMapping[str, Any]
+) -> None:
+    """Check a NetBox pool and write its Ready condition; raise (to retry) when the check failed."""
+    pool = info_of(body)
+    failure: errors.CapfleetError | None = None
+    try:
+        addressing = await clients.for_pool(kube, pool)
+        await addressing.check(targets(pool.spec))
+    except errors.CapfleetError as exc:
+        failure = exc
+    statuses.merge_into(patch_status, body.get("status") or {}, pool_status(body, failure))
+    if failure is not None:
+        raise failure

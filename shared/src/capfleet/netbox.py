@@ -1,0 +1,142 @@
+"""Connecting to NetBox, and the one place where NetBox's answers become capfleet errors.
+
+ipam-address and netbox-device both reach NetBox through a connection Secret (`url`, `token`, optional
+`caBundle`). pynetbox is synchronous and untyped: calls run in a worker thread through `call`, which
+also times them for the backend metrics and maps every failure (HTTP status, DRF error body, timeout,
+refused connection) to a `CapfleetError` with a reason a person can act on. The token never appears in
+a message, a log line or a repr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import pynetbox
+import requests
+
+from capfleet import errors, metrics, resources
+from capfleet.kube import Kube
+
+T = TypeVar("T")
+DEFAULT_TIMEOUT = 10.0
+UNAVAILABLE = "NetBoxUnavailable"
+AUTHENTICATION_FAILED = "AuthenticationFailed"
+REJECTED = "NetBoxRejected"
+
+
+@dataclass(frozen=True)
+class Connection:
+    url: str
+    token: str = field(repr=False)
+    ca_bundle: str | None = field(default=None, repr=False)
+
+
+def connection_from_secret(secret: Mapping[str, Any]) -> Connection:
+    """The connection a Secret describes; `InvalidSpec`-like errors name the missing key, never values."""
+    data = secret.get("data") or {}
+    name = f"{secret['metadata'].get('namespace')}/{secret['metadata']['name']}"
+
+    def value(key: str) -> str | None:
+        raw = data.get(key)
+        return base64.b64decode(raw).decode().strip() if raw else None
+
+    url, token = value("url"), value("token")
+    if not url or not token:
+        missing = [key for key, found in (("url", url), ("token", token)) if not found]
+        raise errors.DependencyMissing(f"Secret {name} has no {' or '.join(missing)}", reason="SecretInvalid")
+    if not url.startswith(("https://", "http://")):
+        raise errors.DependencyMissing(
+            f"Secret {name}: url must start with https:// or http://", reason="SecretInvalid"
+        )
+    return Connection(url=url.rstrip("/"), token=token, ca_bundle=value("caBundle"))
+
+
+async def read_connection(kube: Kube, namespace: str, secret_name: str) -> Connection:
+    secret = await kube.get(resources.SECRETS, secret_name, namespace)
+    if secret is None:
+        raise errors.DependencyMissing(
+            f"Secret {namespace}/{secret_name} does not exist", reason="SecretMissing"
+        )
+    return connection_from_secret(secret)
+
+
+class _TimeoutSession(requests.Session):
+    """pynetbox has no timeout option; every request of this session gets one."""
+
+    def __init__(self, timeout: float) -> None:
+        super().__init__()
+        self.default_timeout = timeout
+
+    def request(self, method: str | bytes, url: str | bytes, *args: Any, **kwargs: Any) -> requests.Response:
+        kwargs.setdefault("timeout", self.default_timeout)
+        return super().request(method, url, *args, **kwargs)
+
+
+def open_api(connection: Connection, timeout: float = DEFAULT_TIMEOUT) -> Any:
+    """A pynetbox API object with TLS verification on (against `caBundle` when given) and timeouts."""
+    api = pynetbox.api(connection.url, token=connection.token)
+    session = _TimeoutSession(timeout)
+    if connection.ca_bundle:
+        handle, path = tempfile.mkstemp(prefix="capfleet-netbox-ca-", suffix=".pem")
+        with os.fdopen(handle, "w") as ca_file:
+            ca_file.write(connection.ca_bundle)
+        session.verify = path
+    api.http_session = session
+    return api
+
+
+def _detail(exc: pynetbox.RequestError) -> str:
+    body = exc.error
+    if isinstance(body, dict):
+        if "detail" in body:
+            return str(body["detail"])
+        return "; ".join(
+            f"{key}: {' '.join(map(str, v)) if isinstance(v, list) else v}" for key, v in body.items()
+        )
+    return str(body)[:300]
+
+
+def translate(exc: Exception) -> errors.CapfleetError:
+    """A NetBox failure as a capfleet error: status and NetBox's own message, never the token."""
+    if isinstance(exc, pynetbox.RequestError):
+        status = exc.req.status_code
+        detail = _detail(exc)
+        if status in {401, 403}:
+            return errors.BackendRejected(
+                f"NetBox refused the token ({status}): {detail}", reason=AUTHENTICATION_FAILED
+            )
+        if status >= 500 or status == 429:
+            return errors.BackendUnavailable(f"NetBox answered {status}: {detail}", reason=UNAVAILABLE)
+        return errors.BackendRejected(f"NetBox rejected the request ({status}): {detail}", reason=REJECTED)
+    if isinstance(exc, requests.exceptions.SSLError):
+        return errors.BackendRejected(
+            f"TLS verification of NetBox failed: {type(exc).__name__}", reason="TLSError"
+        )
+    if isinstance(exc, requests.exceptions.Timeout):
+        return errors.BackendUnavailable("NetBox did not answer in time", reason=UNAVAILABLE)
+    if isinstance(exc, requests.exceptions.ConnectionError):
+        return errors.BackendUnavailable("NetBox is unreachable (connection failed)", reason=UNAVAILABLE)
+    if isinstance(exc, pynetbox.ContentError):
+        return errors.BackendUnavailable("NetBox answered something that is not JSON", reason=UNAVAILABLE)
+    raise exc
+
+
+def status_code(exc: errors.CapfleetError) -> int | None:
+    """The HTTP status behind a translated error, when there was one."""
+    cause = exc.__cause__
+    return cause.req.status_code if isinstance(cause, pynetbox.RequestError) else None
+
+
+async def call(operation: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run a pynetbox call off the event loop, timed, with failures translated."""
+    with metrics.backend_call("netbox", operation):
+        try:
+            return await asyncio.to_thread(fn, *args, **kwargs)
+        except (pynetbox.RequestError, pynetbox.ContentError, requests.exceptions.RequestException) as exc:
+            raise translate(exc) from exc

@@ -102,8 +102,16 @@ def _detail(exc: pynetbox.RequestError) -> str:
     return str(body)[:300]
 
 
+class Exhausted(errors.CapfleetError):
+    """NetBox's 409 from available-ips: the prefix or range has no free address."""
+
+    default_reason = "PoolExhausted"
+
+
 def translate(exc: Exception) -> errors.CapfleetError:
     """A NetBox failure as a capfleet error: status and NetBox's own message, never the token."""
+    if isinstance(exc, pynetbox.AllocationError):
+        return Exhausted("NetBox has no free address in the prefix or range")
     if isinstance(exc, pynetbox.RequestError):
         status = exc.req.status_code
         detail = _detail(exc)
@@ -138,5 +146,10 @@ async def call(operation: str, fn: Callable[..., T], *args: Any, **kwargs: Any) 
     with metrics.backend_call("netbox", operation):
         try:
             return await asyncio.to_thread(fn, *args, **kwargs)
-        except (pynetbox.RequestError, pynetbox.ContentError, requests.exceptions.RequestException) as exc:
+        except (
+            pynetbox.AllocationError,
+            pynetbox.RequestError,
+            pynetbox.ContentError,
+            requests.exceptions.RequestException,
+        ) as exc:
             raise translate(exc) from exc

@@ -2,8 +2,9 @@
 
 Level-triggered and idempotent: every trigger (a new claim, a restart, a lost status, an IPAddress
 deleted by hand) runs the same `reconcile`, which derives everything from the claim, the pool and the
-IPAddress objects. The address is also remembered in an annotation on the claim, so that a claim whose
-IPAddress was deleted by hand, or whose status was wiped, gets the same address back.
+IPAddress objects. A claim whose IPAddress was deleted by hand is served again with the address the
+deleted object held (`preferred`), so it gets the same address back; a wiped status is rebuilt from the
+IPAddress that still exists.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from ipam_address import netbox_pools, spaces
 from ipam_address.allocator import Allocator, Owner
 from ipam_address.pools import GROUP, IN_CLUSTER, PoolInfo, PoolKey, key_of_ref, space_of
 
-ADDRESS_ANNOTATION = "ipam-address.capfleet.dev/address"
 PROTECT_FINALIZER = "ipam.cluster.x-k8s.io/ProtectAddress"
 DELETE_FOR_MOVE = "clusterctl.cluster.x-k8s.io/delete-for-move"
 
@@ -40,9 +40,8 @@ class Lookups:
 
 @dataclass
 class Outcome:
-    """What a reconcile decided: the claim's annotations and status to write."""
+    """What a reconcile decided: the claim's status to write."""
 
-    annotations: dict[str, str] = field(default_factory=dict)
     status: dict[str, Any] = field(default_factory=dict)
 
 
@@ -109,7 +108,12 @@ def ready_pool(lookups: Lookups, key: PoolKey) -> PoolInfo:
 
 
 async def allocate_in_cluster(
-    kube: Kube, allocator: Allocator, lookups: Lookups, claim: Mapping[str, Any], pool: PoolInfo
+    kube: Kube,
+    allocator: Allocator,
+    lookups: Lookups,
+    claim: Mapping[str, Any],
+    pool: PoolInfo,
+    preferred: str | None = None,
 ) -> str | None:
     """Create the claim's IPAddress in an in-cluster pool; None when the pool has no free address."""
     name = claim["metadata"]["name"]
@@ -119,9 +123,8 @@ async def allocate_in_cluster(
         raise errors.DependencyMissing(
             f"{pool.key.describe()} is invalid: {exc.message}", reason=POOL_NOT_READY
         ) from exc
-    remembered = (claim["metadata"].get("annotations") or {}).get(ADDRESS_ANNOTATION)
     owner: Owner = lookups.owner(pool.key)
-    address = allocator.reserve(pool.key, space, name, owner, preferred=remembered)
+    address = allocator.reserve(pool.key, space, name, owner, preferred=preferred)
     if address is None:
         return None
     try:
@@ -161,8 +164,9 @@ async def reconcile(
     netbox_clients: netbox_pools.Clients,
     lookups: Lookups,
     claim: Mapping[str, Any],
+    preferred: str | None = None,
 ) -> Outcome:
-    """Bring one claim to Ready with its IPAddress; raise to retry."""
+    """Bring one claim to Ready with its IPAddress (`preferred` if still free); raise to retry."""
     meta = claim["metadata"]
     key = pool_key(claim)
     if key is None:
@@ -174,13 +178,12 @@ async def reconcile(
     if existing is not None and not existing[1]:
         address: str | None = existing[0]
     elif key.kind == IN_CLUSTER:
-        address = await allocate_in_cluster(kube, allocator, lookups, claim, pool)
+        address = await allocate_in_cluster(kube, allocator, lookups, claim, pool, preferred)
     else:
         address = await allocate_in_netbox(kube, netbox_clients, claim, pool)
     if address is None:
         raise errors.Waiting(f"{key.describe()} has no free address", reason=POOL_EXHAUSTED)
     return Outcome(
-        annotations={ADDRESS_ANNOTATION: address},
         status=status_with(
             claim,
             pausing.condition(False),

@@ -132,23 +132,18 @@ def allocator(memo: kopf.Memo) -> Allocator:
 @runtime.reconciler("IPAddressClaim")
 async def serve_claim(
     body: kopf.Body,
-    patch: kopf.Patch,
     memo: kopf.Memo,
     **kwargs: Any,
 ) -> None:
-    await serving.serve_claim(context(memo, kwargs), body, patch.metadata.annotations, patch.status)
+    await serving.serve_claim(context(memo, kwargs), body)
 
 
-def lost_status(body: kopf.Body, spec: kopf.Spec, namespace: str | None, **_: Any) -> bool:
-    return ours(spec, namespace) and serving.claim_needs_repair(body)
-
-
-# A claim that was served but lost its status (wiped, or restored without it) is served again once it
-# has been quiet for a moment; during normal serving, the gap between kopf's two patches never lasts.
-@kopf.timer(*CLAIMS, interval=5.0, idle=3.0, when=lost_status)
-@runtime.reconciler("IPAddressClaim")
-async def repair_claim_status(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **kwargs: Any) -> None:
-    await serving.serve_claim(context(memo, kwargs), body, patch.metadata.annotations, patch.status)
+@kopf.on.event(*CLAIMS, when=ours)
+async def repair_claim_status(
+    type: str, body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **kwargs: Any
+) -> None:
+    if type in {"ADDED", "MODIFIED"}:
+        serving.repair_status(context(memo, kwargs), body, patch.status)
 
 
 @kopf.on.delete(*CLAIMS, when=ours)

@@ -13,7 +13,8 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-from capfleet import errors, events, resources, statuses
+from capfleet import conditions, errors, events, pausing, resources, statuses
+from capfleet.conditions import Update
 from capfleet.kube import Kube
 from ipam_address import claims, netbox_pools, spaces
 from ipam_address.allocator import Allocator
@@ -34,41 +35,38 @@ class Context:
     lookups: claims.Lookups
 
 
-async def serve_claim(
-    ctx: Context,
-    claim: Mapping[str, Any],
-    annotations: MutableMapping[str, Any],
-    status: MutableMapping[str, Any],
-) -> None:
-    """Reconcile a claim into kopf's patch; on exhaustion or a pool not ready, wait here for a change."""
+async def serve_claim(ctx: Context, claim: Mapping[str, Any], preferred: str | None = None) -> None:
+    """Reconcile a claim and write its status; on exhaustion or a pool not ready, wait here for a change.
+
+    The status is written here, right after the IPAddress, not left to kopf's patch at the end of the
+    handler: then no watch event ever shows a claim whose IPAddress exists without its status, which
+    `repair_status` would otherwise take for a lost status.
+    """
     kube = ctx.kube
     deadline = time.monotonic() + WAIT_IN_HANDLER_SECONDS
     current_status = dict(claim.get("status") or {})
     while True:
         try:
-            outcome = await claims.reconcile(kube, ctx.allocator, ctx.netbox_clients, ctx.lookups, claim)
+            outcome = await claims.reconcile(
+                kube, ctx.allocator, ctx.netbox_clients, ctx.lookups, claim, preferred
+            )
         except errors.CapfleetError as exc:
             failed = claims.failure_status(claim, exc)
+            await write_status(kube, claim, current_status, failed)
+            current_status.update(failed)
+            await ctx.recorder.transition(claim, "Warning", exc.reason, exc.message)
             key = claims.pool_key(claim)
             remaining = deadline - time.monotonic()
+            waits = exc.reason in {claims.POOL_EXHAUSTED, claims.POOL_NOT_READY}
             if (
-                exc.reason in {claims.POOL_EXHAUSTED, claims.POOL_NOT_READY}
+                waits
                 and key is not None
                 and remaining > 0
+                and await ctx.allocator.wait_for_release(key, remaining)
             ):
-                await write_status(kube, claim, current_status, failed)
-                await ctx.recorder.transition(claim, "Warning", exc.reason, exc.message)
-                current_status.update(failed)
-                if await ctx.allocator.wait_for_release(key, remaining):
-                    continue
-            await ctx.recorder.transition(claim, "Warning", exc.reason, exc.message)
-            statuses.merge_into(status, claim.get("status") or {}, failed)
+                continue
             raise
-        if outcome.annotations != {
-            k: (claim["metadata"].get("annotations") or {}).get(k) for k in outcome.annotations
-        }:
-            annotations.update(outcome.annotations)
-        statuses.merge_into(status, claim.get("status") or {}, outcome.status)
+        await write_status(kube, claim, current_status, outcome.status)
         return
 
 
@@ -86,23 +84,13 @@ async def write_status(
     await kube.patch_status(resources.IP_ADDRESS_CLAIMS, meta["name"], changed, meta["namespace"])
 
 
-async def repair_claim(ctx: Context, namespace: str, name: str) -> None:
-    """Re-serve a live claim outside its own handler (its IPAddress vanished, or its status was lost)."""
+async def repair_claim(ctx: Context, namespace: str, name: str, preferred: str | None = None) -> None:
+    """Re-serve a live claim outside its own handler: its IPAddress vanished (it held `preferred`)."""
     kube = ctx.kube
     claim = await kube.get(resources.IP_ADDRESS_CLAIMS, name, namespace)
     if claim is None or claim["metadata"].get("deletionTimestamp") or claims.pool_key(claim) is None:
         return
-    annotations: dict[str, Any] = {}
-    status: dict[str, Any] = {}
-    try:
-        await serve_claim(ctx, claim, annotations, status)
-    finally:
-        if annotations:
-            await kube.patch(
-                resources.IP_ADDRESS_CLAIMS, name, {"metadata": {"annotations": annotations}}, namespace
-            )
-        if status:
-            await kube.patch_status(resources.IP_ADDRESS_CLAIMS, name, status, namespace)
+    await serve_claim(ctx, claim, preferred)
 
 
 async def observe_address(
@@ -120,7 +108,7 @@ async def observe_address(
     claim_name = (spec.get("claimRef") or {}).get("name") or meta["name"]
     if event_type == "DELETED":
         allocator.released(key)
-        await repair_claim(ctx, meta["namespace"], claim_name)
+        await repair_claim(ctx, meta["namespace"], claim_name, preferred=text)
         return
     if ctx.lookups.owner(key)(text) == claim_name:
         allocator.settle(key, text)
@@ -138,12 +126,21 @@ async def observe_address(
         )
 
 
-def claim_needs_repair(claim: Mapping[str, Any]) -> bool:
-    """A claim that was served once (it carries our annotation) but whose status lost its addressRef."""
-    annotations = claim["metadata"].get("annotations") or {}
-    address_ref = (claim.get("status") or {}).get("addressRef") or {}
-    return (
-        claims.ADDRESS_ANNOTATION in annotations
-        and not address_ref.get("name")
-        and not claim["metadata"].get("deletionTimestamp")
-    )
+def repair_status(ctx: Context, claim: Mapping[str, Any], status_patch: MutableMapping[str, Any]) -> None:
+    """Rebuild a lost status from the claim's IPAddress, which kopf's index already holds.
+
+    Never allocates: a claim without an IPAddress is its serving handler's business, and repairing it
+    here would race with that handler.
+    """
+    meta = claim["metadata"]
+    status = claim.get("status") or {}
+    if meta.get("deletionTimestamp") or (status.get("addressRef") or {}).get("name"):
+        return
+    if any(c.get("type") == "Paused" and c.get("status") == "True" for c in status.get("conditions") or []):
+        return
+    existing = ctx.lookups.address_of_claim(meta["namespace"], meta["name"])
+    if existing is None or existing[1]:
+        return
+    allocated = Update.true(conditions.READY, "Allocated", existing[0])
+    desired = claims.status_with(claim, pausing.condition(False), allocated, address_ref=meta["name"])
+    statuses.merge_into(status_patch, status, desired)

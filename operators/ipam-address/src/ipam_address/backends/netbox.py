@@ -131,10 +131,8 @@ class PynetboxAddressing:
         parent = await self._parent(target)
         try:
             created = await netbox.call("allocate", parent.available_ips.create, dict(fields))
-        except errors.CapfleetError as exc:
-            if netbox.status_code(exc) == 409:
-                return None
-            raise
+        except netbox.Exhausted:
+            return None
         record = created[0] if isinstance(created, list) else created
         return NetboxAddress(int(record.id), str(record.address))
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 import pytest
 from ipam_helpers import (
@@ -204,3 +205,40 @@ async def test_bad_token_and_missing_custom_field_are_clear_conditions(
         await create_netbox_pool(kube, namespace, "nb", [prefixes.large])
         missing = await pool_ready(kube, namespace, "nb", "CustomFieldMissing")
         assert f"no custom field {OWNER_FIELD}" in str(missing["message"])
+
+
+async def test_v2_token_prefix_by_cidr_and_vrf_then_ip_range(
+    kube: Kube,
+    namespace: str,
+    run_operator: RunOperator,
+    netbox_server_factory: Callable[..., NetboxInstance],
+) -> None:
+    # The Secret carries only the v2 token: the pool is Ready only if it is sent as `Bearer nbt_…`.
+    netbox = netbox_server_factory(version="4.5.0")
+    assert netbox.v2_token is not None
+    assert netbox.v2_token.startswith("nbt_")
+    ensure_owner_field_and_tag(netbox)
+    vrf = netbox.client.create("ipam/vrfs/", {"name": "tenant-a"})
+    netbox.client.create("ipam/prefixes/", {"prefix": "10.65.0.0/31", "vrf": vrf["id"]})
+    netbox.client.create(
+        "ipam/ip-ranges/",
+        {"start_address": "10.65.9.20/24", "end_address": "10.65.9.21/24", "vrf": vrf["id"]},
+    )
+    await create_connection_secret(kube, namespace, netbox, token=netbox.v2_token)
+    body = {
+        "apiVersion": kinds.NETBOX_IPPOOL.resource.api_version,
+        "kind": NB,
+        "metadata": {"name": "nb"},
+        "spec": {
+            "connectionSecretRef": {"name": "netbox"},
+            "prefixes": [{"cidr": "10.65.0.0/31", "vrf": "tenant-a"}],
+            "ipRanges": [{"startAddress": "10.65.9.20", "endAddress": "10.65.9.21", "vrf": "tenant-a"}],
+        },
+    }
+    await kube.create(kinds.NETBOX_IPPOOL.resource, body, namespace)
+    run_operator("ipam_address", namespaces=[namespace])
+    await pool_ready(kube, namespace, "nb", "Ready")
+    for name in ("v1", "v2", "v3"):
+        await create_claim(kube, namespace, name, pool_ref("nb", NB))
+    bound = sorted([await bound_address(kube, namespace, name) for name in ("v1", "v2", "v3")])
+    assert bound == ["10.65.0.0", "10.65.0.1", "10.65.9.20"], "a /31 gives both addresses, then the range"

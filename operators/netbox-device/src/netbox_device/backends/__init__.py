@@ -1,0 +1,1 @@
+"""NetBox behind small typed interfaces, each with one pynetbox implementation (devices, VMs)."""

@@ -1,0 +1,133 @@
+"""NetBox's devices as netbox-device needs them: find, read with ETag, write (conditionally), journal.
+
+Devices are handled as NetBox renders them (plain dicts), so the selection and status logic above this
+layer are pure functions over NetBox's own JSON and are tested without a NetBox.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from capfleet import errors, netbox
+from netbox_device.backends import rest
+from netbox_device.selection import OWNER_FIELD, PREVIOUS_FIELD
+
+Record = dict[str, Any]
+
+
+class Devices(Protocol):
+    """Every method raises `CapfleetError`s (see capfleet.netbox)."""
+
+    etags: bool
+    """Whether NetBox honours If-Match (≥ 4.6); known after `check`."""
+
+    async def check(self) -> None:
+        """Raise unless the token works and the owner and previous-state custom fields apply to devices."""
+
+    async def owned(self, owner: str) -> list[Record]:
+        """Devices whose owner field is exactly `owner`, lowest id first."""
+
+    async def candidates(self, params: Mapping[str, Any]) -> list[Record]:
+        """Devices matching NetBox filter `params`, lowest id first."""
+
+    async def read(self, device_id: int) -> tuple[Record | None, str | None]:
+        """A device and its ETag (None before NetBox 4.6); (None, None) when it is gone."""
+
+    async def write(self, device_id: int, fields: Mapping[str, Any], etag: str | None = None) -> bool:
+        """PATCH the device (with If-Match when `etag`); False when the ETag was stale (412)."""
+
+    async def interfaces(self, device_id: int) -> list[Record]: ...
+
+    async def tenant_id(self, slug: str) -> int: ...
+
+    async def journal(self, device_id: int, kind: str, comments: str) -> None: ...
+
+
+def field_problem(
+    found: list[Any], name: str, needs_exact: bool, object_type: str = "dcim.device"
+) -> str | None:
+    """What is wrong with a custom field capfleet needs, from its `extras/custom-fields` records."""
+    if not found:
+        logic = ", filter logic exact" if needs_exact else ""
+        return f"NetBox has no custom field {name}: create it (type text, object type {object_type}{logic})"
+    record = dict(found[0])
+    types = record.get("object_types") or record.get("content_types") or []
+    if object_type not in types:
+        return f"NetBox custom field {name} does not apply to {object_type}: add that object type"
+    raw = record.get("filter_logic")
+    filter_logic = raw.get("value") if isinstance(raw, Mapping) else raw
+    if needs_exact and filter_logic != "exact":
+        return f"NetBox custom field {name} must use filter logic exact, not {filter_logic}"
+    return None
+
+
+class PynetboxDevices:
+    """`Devices` over pynetbox, with ETags and If-Match through `rest`."""
+
+    def __init__(self, api: Any) -> None:
+        self._api = api
+        self.etags = False
+        self._tenants: dict[str, int] = {}
+
+    async def check(self) -> None:
+        version = await netbox.call("status", self._api.status)
+        numbers = [int(p) for p in str(version.get("netbox-version", "0.0")).split("-")[0].split(".")[:2]]
+        self.etags = tuple(numbers) >= (4, 6)
+        for name, exact in ((OWNER_FIELD, True), (PREVIOUS_FIELD, False)):
+            found = await netbox.call(
+                "check-custom-field", lambda n=name: list(self._api.extras.custom_fields.filter(name=n))
+            )
+            problem = field_problem(found, name, exact)
+            if problem:
+                raise errors.BackendRejected(problem, reason="CustomFieldMissing")
+
+    async def owned(self, owner: str) -> list[Record]:
+        found = await self.candidates({f"cf_{OWNER_FIELD}": owner})
+        return [d for d in found if (d.get("custom_fields") or {}).get(OWNER_FIELD) == owner]
+
+    async def candidates(self, params: Mapping[str, Any]) -> list[Record]:
+        found = await netbox.call(
+            "find-devices", lambda: [dict(d) for d in self._api.dcim.devices.filter(**params)]
+        )
+        return sorted(found, key=lambda d: int(d["id"]))
+
+    async def read(self, device_id: int) -> tuple[Record | None, str | None]:
+        return await netbox.call("get-device", rest.get_with_etag, self._api, f"dcim/devices/{device_id}")
+
+    async def write(self, device_id: int, fields: Mapping[str, Any], etag: str | None = None) -> bool:
+        try:
+            await netbox.call(
+                "write-device",
+                rest.patch_if_match,
+                self._api,
+                f"dcim/devices/{device_id}",
+                dict(fields),
+                etag,
+            )
+        except rest.Stale:
+            return False
+        return True
+
+    async def interfaces(self, device_id: int) -> list[Record]:
+        return await netbox.call(
+            "get-interfaces",
+            lambda: [dict(i) for i in self._api.dcim.interfaces.filter(device_id=device_id)],
+        )
+
+    async def tenant_id(self, slug: str) -> int:
+        if slug not in self._tenants:
+            tenant = await netbox.call("get-tenant", self._api.tenancy.tenants.get, slug=slug)
+            if tenant is None:
+                raise errors.BackendRejected(f"NetBox has no tenant {slug}", reason="TenantNotFound")
+            self._tenants[slug] = int(tenant.id)
+        return self._tenants[slug]
+
+    async def journal(self, device_id: int, kind: str, comments: str) -> None:
+        entry = {
+            "assigned_object_type": "dcim.device",
+            "assigned_object_id": device_id,
+            "kind": kind,
+            "comments": comments,
+        }
+        await netbox.call("journal", self._api.extras.journal_entries.create, entry)

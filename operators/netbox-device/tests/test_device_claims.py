@@ -1,0 +1,155 @@
+"""NetboxDevice on the real control plane: racing claims, release, lost status, NetBox outages.
+
+Runs against the NetBox API test server (both claim protocols: read-back before 4.6, If-Match from 4.6)
+or a real NetBox when CAPFLEET_NETBOX_URL and CAPFLEET_NETBOX_TOKEN are set (fault tests then skip).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from netbox_device_helpers import (
+    DEVICES,
+    INSTANCE,
+    OPERATOR_ENV,
+    PREVIOUS_FIELD,
+    create_connection_secret,
+    create_device_claim,
+    owned_devices,
+    ready,
+    reasons,
+    seed_inventory,
+    wait_reason,
+    without_times,
+)
+
+from capfleet.kube import Kube
+from capfleet_e2e.fixtures import RunOperator
+from capfleet_e2e.netbox.fixtures import NetboxInstance
+from capfleet_e2e.waiting import eventually
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.parametrize("netbox", ["4.1.0", "4.6.0"], indirect=True)
+async def test_twenty_claims_race_for_ten_devices(
+    kube: Kube, namespace: str, run_operator: RunOperator, netbox: NetboxInstance
+) -> None:
+    rival = {
+        "name": "rival", "site": "dc1", "role": "server", "device_type": "m1", "status": "inventory",
+        "custom_fields": {"capfleet_owner": "mgmt-b/default/other"},
+    }  # fmt: skip
+    busy = {"name": "busy", "site": "dc1", "role": "server", "device_type": "m1", "status": "active"}
+    seed_inventory(netbox, 10, extra=[rival, busy])
+    await create_connection_secret(kube, namespace, netbox)
+    run_operator("netbox_device", namespaces=[namespace], env=OPERATOR_ENV)
+    names = [f"m{i:02d}" for i in range(20)]
+    await asyncio.gather(*(create_device_claim(kube, netbox, namespace, name) for name in names))
+
+    async def settled() -> dict[str, str | None] | None:
+        found = await reasons(kube, DEVICES, namespace)
+        counts = [list(found.values()).count(r) for r in ("Claimed", "NoFreeDevice")]
+        return found if counts == [10, 10] else None
+
+    found = await eventually("10 claimed and 10 waiting", settled, within=90)
+    objects = {o["metadata"]["name"]: o for o in await kube.list(DEVICES, namespace)}
+    claimed = {n: objects[n]["status"] for n, r in found.items() if r == "Claimed"}
+    assert len({s["deviceID"] for s in claimed.values()}) == 10, "no device is claimed twice"
+    waiting = ready(objects[next(n for n, r in found.items() if r == "NoFreeDevice")])
+    assert waiting is not None
+    assert waiting["status"] == "False"
+    assert f"site={netbox.client.unique('dc1')}" in waiting["message"]
+    assert "no free device matches" in waiting["message"]
+
+    owned = owned_devices(netbox)
+    assert owned["mgmt-b/default/other"]["name"] == netbox.client.unique("rival"), "a rival's claim stays"
+    ours = {o: d for o, d in owned.items() if o.startswith(f"{INSTANCE}/")}
+    assert set(ours) == {f"{INSTANCE}/{namespace}/{n}" for n in claimed}
+    for owner, device in ours.items():
+        status = claimed[owner.rsplit("/", 1)[1]]
+        assert status["deviceID"] == device["id"]
+        assert device["status"]["value"] == "active"
+        assert device["tenant"]["slug"] == netbox.client.unique("acme")
+        assert status["bmcAddress"] == device["oob_ip"]["address"].split("/")[0]
+        eno1 = next(i for i in status["interfaces"] if i["name"] == "eno1")
+        assert eno1["macAddress"].startswith("52:54:00:00:00:"), "MACs of both NetBox MAC models are read"
+        assert next(i for i in status["interfaces"] if i["name"] == "bmc")["mgmtOnly"] is True
+    journal = netbox.client.list_all("extras/journal-entries/", assigned_object_type="dcim.device")
+    assert len(journal) == 10
+
+    # A wiped status comes back identical, from the owner field in NetBox.
+    name, before = next(iter(claimed.items()))
+    await kube.patch_status(DEVICES, name, dict.fromkeys((*before, "conditions")), namespace)
+    restored = await wait_reason(kube, DEVICES, namespace, name, "Claimed")
+    assert without_times(restored["status"]) == without_times(before)
+
+    # Releasing one restores its status and tenant, and a waiting claim takes it.
+    device_id = before["deviceID"]
+    await kube.delete(DEVICES, name, namespace)
+
+    async def taken_again() -> dict[str, Any] | None:
+        device = netbox.client.get(f"dcim/devices/{device_id}")
+        owner = device["custom_fields"].get("capfleet_owner")
+        return device if owner and owner != f"{INSTANCE}/{namespace}/{name}" else None
+
+    retaken = await eventually("a waiting claim to take the released device", taken_again, within=60)
+    assert retaken["status"]["value"] == "active"
+    released = [
+        e["comments"] for e in netbox.client.list_all("extras/journal-entries/", assigned_object_id=device_id)
+    ]
+    assert any(c.startswith("Released by capfleet") for c in released)
+
+    async def ten_claimed() -> bool:
+        return list((await reasons(kube, DEVICES, namespace)).values()).count("Claimed") == 10
+
+    await eventually("ten claims again, the released device's taker among them", ten_claimed)
+
+
+async def test_release_restores_and_outage_converges(
+    kube: Kube, namespace: str, run_operator: RunOperator, netbox: NetboxInstance
+) -> None:
+    if netbox.faults is None:
+        pytest.skip("fault injection needs the NetBox API test server")
+    seed_inventory(netbox, 4)
+    await create_connection_secret(kube, namespace, netbox)
+    run_operator("netbox_device", namespaces=[namespace], env=OPERATOR_ENV)
+    await create_device_claim(kube, netbox, namespace, "first")
+    first = await wait_reason(kube, DEVICES, namespace, "first", "Claimed")
+    device_id = first["status"]["deviceID"]
+    assert netbox.client.get(f"dcim/devices/{device_id}")["custom_fields"][PREVIOUS_FIELD]
+
+    await kube.delete(DEVICES, "first", namespace)
+
+    async def restored() -> dict[str, Any] | None:
+        device = netbox.client.get(f"dcim/devices/{device_id}")
+        return device if not device["custom_fields"].get("capfleet_owner") else None
+
+    device = await eventually("the device to be released", restored)
+    assert device["status"]["value"] == "inventory"
+    assert device["tenant"]["slug"] == netbox.client.unique("previous")
+    assert not device["custom_fields"].get(PREVIOUS_FIELD)
+
+    netbox.faults.fail(503, count=None)
+    await asyncio.gather(*(create_device_claim(kube, netbox, namespace, f"o{i}") for i in range(3)))
+    failing = await wait_reason(kube, DEVICES, namespace, "o0", "NetBoxUnavailable")
+    assert "503" in (ready(failing) or {}).get("message", "")
+    netbox.faults.clear()
+    for name in ("o0", "o1", "o2"):
+        await wait_reason(kube, DEVICES, namespace, name, "Claimed", within=90)
+    owned = owned_devices(netbox)
+    assert sorted(owned) == sorted(f"{INSTANCE}/{namespace}/o{i}" for i in range(3))
+    ids = [(await kube.get(DEVICES, f"o{i}", namespace) or {})["status"]["deviceID"] for i in range(3)]
+    assert len(set(ids)) == 3
+
+    # Deleting for clusterctl move leaves the claim in NetBox.
+    move = {"metadata": {"annotations": {"clusterctl.cluster.x-k8s.io/delete-for-move": ""}}}
+    await kube.patch(DEVICES, "o0", move, namespace)
+    await kube.delete(DEVICES, "o0", namespace)
+
+    async def gone() -> bool:
+        return await kube.get(DEVICES, "o0", namespace) is None
+
+    await eventually("o0 to be gone", gone)
+    assert f"{INSTANCE}/{namespace}/o0" in owned_devices(netbox)

@@ -1,0 +1,148 @@
+"""NetboxVirtualMachine on the real control plane: register with linked IPs, update, pause, delete.
+
+Both MAC models: plain interface MACs before NetBox 4.2, MAC address objects from 4.2.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from netbox_device_helpers import (
+    INSTANCE,
+    MACHINES,
+    OPERATOR_ENV,
+    create_connection_secret,
+    ensure_custom_fields,
+    ready,
+    wait_reason,
+    without_times,
+)
+
+from capfleet.kube import Kube
+from capfleet_e2e.fixtures import RunOperator
+from capfleet_e2e.netbox.fixtures import NetboxInstance
+from capfleet_e2e.waiting import eventually
+
+pytestmark = pytest.mark.integration
+
+
+def vm_body(netbox: NetboxInstance, name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": MACHINES.api_version,
+        "kind": "NetboxVirtualMachine",
+        "metadata": {"name": name},
+        "spec": {
+            "connectionSecretRef": {"name": "netbox"},
+            "name": netbox.client.unique(name),
+            "cluster": netbox.client.unique("kvm1"),
+            "tenant": netbox.client.unique("acme"),
+            "vcpus": 2,
+            "memoryMiB": 4096,
+            "diskGiB": 20,
+            "interfaces": [
+                {
+                    "name": "eth0",
+                    "macAddress": "52:54:00:aa:00:01",
+                    "addresses": ["10.77.0.5/24", "2001:db8::5/64"],
+                },
+                {"name": "eth1", "macAddress": "52:54:00:aa:00:02", "addresses": ["10.78.0.9/24"]},
+            ],
+            **spec,
+        },
+    }
+
+
+@pytest.mark.parametrize("netbox", ["4.1.0", "4.6.0"], indirect=True)
+async def test_register_link_update_and_delete(
+    kube: Kube, namespace: str, run_operator: RunOperator, netbox: NetboxInstance
+) -> None:
+    ensure_custom_fields(netbox)
+    seeded = netbox.seed(
+        {
+            "tenants": [{"name": "acme", "slug": "acme"}],
+            "cluster_types": [{"name": "kvm", "slug": "kvm"}],
+            "clusters": [{"name": "kvm1", "type": "kvm"}],
+            "ip_addresses": [{"address": "10.77.0.5/24", "description": "from a pool"}],
+        }
+    )
+    pool_ip = seeded.id("ip_addresses", "10.77.0.5/24")
+    await create_connection_secret(kube, namespace, netbox)
+    run_operator("netbox_device", namespaces=[namespace], env=OPERATOR_ENV)
+    await kube.create(MACHINES, vm_body(netbox, "vm1"), namespace)
+    obj = await wait_reason(kube, MACHINES, namespace, "vm1", "Registered")
+    vm_id = obj["status"]["virtualMachineID"]
+
+    client = netbox.client
+    vm = client.get(f"virtualization/virtual-machines/{vm_id}")
+    assert vm["custom_fields"]["capfleet_owner"] == f"{INSTANCE}/{namespace}/vm1"
+    assert (vm["vcpus"], vm["memory"], vm["disk"]) in {(2, 4096, 20480), ("2.00", 4096, 20480)}
+    assert vm["tenant"]["slug"] == client.unique("acme")
+    interfaces = {
+        i["name"]: i for i in client.list_all("virtualization/interfaces/", virtual_machine_id=vm_id)
+    }
+    assert interfaces["eth0"]["mac_address"] == "52:54:00:AA:00:01"
+    ips = {ip["address"]: ip for ip in client.list_all("ipam/ip-addresses/", virtual_machine_id=vm_id)}
+    assert set(ips) == {"10.77.0.5/24", "2001:db8::5/64", "10.78.0.9/24"}
+    assert ips["10.77.0.5/24"]["id"] == pool_ip, "an existing IP is linked, not duplicated"
+    assert len(client.list_all("ipam/ip-addresses/", address="10.77.0.5")) == 1
+    assert vm["primary_ip4"]["id"] == pool_ip
+    assert vm["primary_ip6"]["address"] == "2001:db8::5/64"
+
+    # Update: more vCPUs, eth1 dropped (its created IP goes with it), a new MAC on eth0.
+    spec = vm_body(netbox, "vm1")["spec"]
+    spec["vcpus"] = 4
+    spec["interfaces"] = [{**spec["interfaces"][0], "macAddress": "52:54:00:aa:00:09"}]
+    await kube.patch(MACHINES, "vm1", {"spec": spec}, namespace)
+
+    async def updated() -> dict[str, Any] | None:
+        found = client.get(f"virtualization/virtual-machines/{vm_id}")
+        names = [i["name"] for i in client.list_all("virtualization/interfaces/", virtual_machine_id=vm_id)]
+        return found if float(found["vcpus"]) == 4 and names == ["eth0"] else None
+
+    await eventually("the VM to follow the spec", updated)
+    eth0 = client.list_all("virtualization/interfaces/", virtual_machine_id=vm_id)[0]
+    assert eth0["mac_address"] == "52:54:00:AA:00:09"
+    assert not client.list_all("ipam/ip-addresses/", address="10.78.0.9"), "a created IP is deleted"
+
+    # A wiped status comes back; a paused object is left alone.
+    before = (await kube.get(MACHINES, "vm1", namespace) or {})["status"]
+    await kube.patch_status(MACHINES, "vm1", {"virtualMachineID": None, "conditions": None}, namespace)
+    restored = await wait_reason(kube, MACHINES, namespace, "vm1", "Registered")
+    assert without_times(restored["status"]) == without_times(before)
+    paused = {"metadata": {"annotations": {"cluster.x-k8s.io/paused": ""}}}
+    await kube.patch(MACHINES, "vm1", paused, namespace)
+
+    async def paused_condition() -> bool:
+        found = await kube.get(MACHINES, "vm1", namespace)
+        conds = (found or {}).get("status", {}).get("conditions") or []
+        return any(c["type"] == "Paused" and c["status"] == "True" for c in conds)
+
+    await eventually("the Paused condition", paused_condition)
+    await kube.patch(
+        MACHINES, "vm1", {"metadata": {"annotations": {"cluster.x-k8s.io/paused": None}}}, namespace
+    )
+
+    # Delete: the VM goes, the linked pool IP stays (unassigned).
+    await kube.delete(MACHINES, "vm1", namespace)
+
+    async def deregistered() -> bool:
+        return not client.list_all("virtualization/virtual-machines/", id=vm_id)
+
+    await eventually("the VM to be deleted from NetBox", deregistered)
+    kept = client.get(f"ipam/ip-addresses/{pool_ip}")
+    assert kept["assigned_object_id"] is None
+    assert not client.list_all("ipam/ip-addresses/", address="2001:db8::5")
+
+
+async def test_missing_cluster_is_a_condition_with_netbox_message(
+    kube: Kube, namespace: str, run_operator: RunOperator, netbox: NetboxInstance
+) -> None:
+    ensure_custom_fields(netbox)
+    netbox.seed({"tenants": [{"name": "acme", "slug": "acme"}]})
+    await create_connection_secret(kube, namespace, netbox)
+    run_operator("netbox_device", namespaces=[namespace], env=OPERATOR_ENV)
+    await kube.create(MACHINES, vm_body(netbox, "lost"), namespace)
+    obj = await wait_reason(kube, MACHINES, namespace, "lost", "NotFoundInNetBox")
+    assert "virtualization/clusters" in (ready(obj) or {})["message"]
+    assert netbox.token not in str(obj)

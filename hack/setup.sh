@@ -5,7 +5,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-apt_packages=(etcd-server libvirt-dev pkg-config gcc libc6-dev)
+apt_packages=(
+  etcd-server libvirt-dev pkg-config gcc libc6-dev
+  # Test hypervisors (e2e/src/capfleet_e2e/libvirt): private libvirtd + QEMU (TCG), an sshd in front of
+  # each with virt-ssh-helper (libvirt-clients), and the test image: a Debian kernel, busybox-static, and
+  # syslinux/mtools/dosfstools/qemu-utils for its boot-disk form. dnsmasq-base and iptables: libvirt networks.
+  libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86 qemu-utils openssh-server
+  linux-image-amd64 busybox-static syslinux mtools dosfstools dnsmasq-base iptables
+)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -14,6 +21,14 @@ if [ "${#missing[@]}" -gt 0 ]; then
   echo "setup: installing Debian packages: ${missing[*]}"
   sudo_cmd=(); [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
   "${sudo_cmd[@]}" apt-get update -q
+  # The harness runs private libvirtd and sshd instances; keep Debian from starting system-wide ones
+  # (an sshd on port 22, a libvirtd) while installing, through the policy-rc.d hook its scripts honour.
+  policy=/usr/sbin/policy-rc.d
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' | "${sudo_cmd[@]}" tee "$policy" >/dev/null
+    "${sudo_cmd[@]}" chmod +x "$policy"
+    trap '"${sudo_cmd[@]}" rm -f "$policy"' EXIT
+  fi
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 

@@ -68,14 +68,17 @@ def kubeconfig(control_plane: Cluster) -> Path:
 
 
 from capfleet_e2e.fixtures import kube, namespace, run_operator  # noqa: E402  (fixtures of this plugin)
+from capfleet_e2e.libvirt.fixtures import hypervisors, test_image  # noqa: E402
 from capfleet_e2e.netbox.fixtures import netbox, netbox_server_factory  # noqa: E402
 
 __all__ = [
     "control_plane",
+    "hypervisors",
     "kube",
     "kubeconfig",
     "namespace",
     "netbox",
     "netbox_server_factory",
     "run_operator",
+    "test_image",
 ]

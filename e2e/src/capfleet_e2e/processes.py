@@ -112,3 +112,23 @@ def wait_for(
                 f"timed out after {timeout}s waiting for {what} (last error: {last_error}){logs}"
             )
         time.sleep(POLL_INTERVAL)
+
+
+def stop_pid(pid: int, what: str, timeout: float = 10.0) -> None:
+    """SIGTERM a process that is not our child, then wait for it to be gone (SIGKILL after `timeout`)."""
+
+    def gone() -> bool | None:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except FileNotFoundError:
+            return True
+        return True if stat.rsplit(")", 1)[1].split()[0] == "Z" else None  # a zombie has exited
+
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        wait_for(f"{what} (pid {pid}) to exit", gone, timeout)
+    except ComponentError:
+        os.kill(pid, signal.SIGKILL)

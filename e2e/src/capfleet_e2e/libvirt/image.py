@@ -1,0 +1,170 @@
+"""A tiny bootable Linux for test VMs, built at test time from Debian packages and cached.
+
+Test VMs must really boot and really read their NoCloud seed, but a cloud image is far too slow under TCG
+and cannot be downloaded here. So: the installed Debian kernel (linux-image-amd64, /boot/vmlinuz-<v>) and
+an initramfs made of busybox-static, the few kernel modules that kernel has as modules (virtio, ATA/SCSI
+CD-ROM, iso9660, with their dependencies from modules.dep) and an /init (guest_init.sh) that mounts the
+NoCloud seed (the block device holding meta-data: a `cidata` ISO on CD-ROM or disk), prints user-data,
+meta-data and network-config to the serial console between markers (base64 too, for exact comparison),
+optionally POSTs them to a callback URL over QEMU user-mode networking,
+and either powers off or idles like a real machine. The pair is cached under
+$CAPFLEET_CACHE/testimage/<hash>/ (default ~/.cache/capfleet), so it is built once per machine.
+bootdisk.py turns the pair into a bootable disk for domains that boot from a volume.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from capfleet_e2e.kubebin import cache_root
+from capfleet_e2e.libvirt.cpio import CpioWriter
+
+BUSYBOX = Path("/bin/busybox")
+# Loaded in this order (each after its dependencies); built-in ones are skipped.
+MODULES = (
+    "virtio_pci", "virtio_blk", "virtio_net", "virtio_scsi",
+    "ata_piix", "ahci", "sr_mod", "isofs",
+)  # fmt: skip
+# Kernel command line for direct kernel boot and for the boot disk's bootloader.
+CMDLINE = "console=ttyS0 quiet loglevel=3 panic=-1"
+BEGIN = "=== capfleet-testimage begin {name} ==="
+END = "=== capfleet-testimage end {name} ==="
+SEED_FILES = ("user-data", "meta-data", "network-config")
+
+
+class ImageError(RuntimeError):
+    """The test image cannot be built (no Debian kernel or busybox-static installed, ...)."""
+
+
+@dataclass(frozen=True)
+class TestImage:
+    """A kernel and its initramfs, ready for `<kernel>`/`<initrd>` in domain XML (or bootdisk.py)."""
+
+    __test__ = False  # not a pytest test class
+
+    kernel: Path
+    initrd: Path
+    kernel_version: str
+    cmdline: str = CMDLINE
+
+
+def find_kernel() -> tuple[Path, str]:
+    """The newest /boot/vmlinuz-<version> that has its modules in /lib/modules/<version>."""
+    candidates = []
+    for vmlinuz in Path("/boot").glob("vmlinuz-*"):
+        version = vmlinuz.name.removeprefix("vmlinuz-")
+        if (Path("/lib/modules") / version / "modules.dep").is_file():
+            candidates.append((tuple(int(n) for n in re.findall(r"\d+", version)), vmlinuz, version))
+    if not candidates:
+        raise ImageError(
+            "no Debian kernel with modules in /boot and /lib/modules (install linux-image-amd64)"
+        )
+    _, vmlinuz, version = max(candidates)
+    return vmlinuz, version
+
+
+def module_files(version: str, names: tuple[str, ...] = MODULES) -> list[Path]:
+    """The .ko files for `names` and their dependencies, in load order (built-in modules are left out)."""
+    moddir = Path("/lib/modules") / version
+    deps: dict[str, list[str]] = {}
+    by_name: dict[str, str] = {}
+    for line in (moddir / "modules.dep").read_text().splitlines():
+        path, _, rest = line.partition(":")
+        deps[path] = rest.split()
+        by_name[_module_name(path)] = path
+    builtin = {_module_name(p) for p in (moddir / "modules.builtin").read_text().split()}
+    ordered: list[str] = []
+
+    def visit(path: str) -> None:
+        if path in ordered:
+            return
+        for dep in reversed(deps.get(path, [])):
+            visit(dep)
+        ordered.append(path)
+
+    for name in names:
+        if name in by_name:
+            visit(by_name[name])
+        elif name not in builtin:
+            raise ImageError(f"kernel {version} has no module {name}")
+    return [moddir / p for p in ordered]
+
+
+def _module_name(path: str) -> str:
+    return Path(path).name.split(".ko")[0].replace("-", "_")
+
+
+def _guest_init() -> str:
+    return resources.files("capfleet_e2e.libvirt").joinpath("guest_init.sh").read_text()
+
+
+def _cache_key(kernel: Path, modules: list[Path]) -> str:
+    digest = hashlib.sha256()
+    for path in (kernel, BUSYBOX, *modules):
+        st = path.stat()
+        digest.update(f"{path}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    digest.update(_guest_init().encode())
+    return digest.hexdigest()[:16]
+
+
+def build_initrd(modules: list[Path], out: Path) -> None:
+    """Write a gzip-compressed newc initramfs: busybox, the modules (in `modules/order`) and /init."""
+    if not BUSYBOX.is_file():
+        raise ImageError(f"{BUSYBOX} is missing (install busybox-static)")
+    with gzip.open(out, "wb", compresslevel=6) as stream:
+        cpio = CpioWriter(stream)
+        for d in ("bin", "sbin", "usr", "usr/bin", "usr/sbin", "dev", "proc", "sys", "mnt", "tmp", "modules"):
+            cpio.directory(d)
+        cpio.char_device("dev/console", 5, 1)
+        cpio.file("bin/busybox", BUSYBOX.read_bytes(), 0o755)
+        cpio.symlink("bin/sh", "busybox")
+        cpio.file("init", _guest_init().encode(), 0o755)
+        order = []
+        for path in modules:
+            name = _module_name(path.name)
+            cpio.file(f"modules/{name}.ko", path.read_bytes(), 0o644)
+            order.append(name)
+        cpio.file("modules/order", ("\n".join(order) + "\n").encode(), 0o644)
+        cpio.trailer()
+
+
+def ensure_test_image(cache: Path | None = None) -> TestImage:
+    """The cached kernel + initramfs, built now if this machine has not built them yet."""
+    kernel, version = find_kernel()
+    modules = module_files(version)
+    target = (cache or cache_root() / "testimage") / _cache_key(kernel, modules)
+    if not (target / "initrd.img").is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=".build-", dir=target.parent))
+        try:
+            shutil.copyfile(kernel, work / "vmlinuz")
+            build_initrd(modules, work / "initrd.img")
+            try:
+                os.rename(work, target)
+            except OSError:  # built meanwhile by another process
+                if not (target / "initrd.img").is_file():
+                    raise
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return TestImage(kernel=target / "vmlinuz", initrd=target / "initrd.img", kernel_version=version)
+
+
+def seed_from_serial(log: str) -> dict[str, bytes]:
+    """The seed files the guest printed (exactly, from their base64 blocks), by name."""
+    text = log.replace("\r", "")
+    found: dict[str, bytes] = {}
+    for name in SEED_FILES:
+        begin, end = BEGIN.format(name=f"{name} base64"), END.format(name=f"{name} base64")
+        match = re.search(re.escape(begin) + r"\n(.*?)" + re.escape(end), text, re.S)
+        if match:
+            found[name] = base64.b64decode("".join(match.group(1).split()))
+    return found

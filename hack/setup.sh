@@ -40,3 +40,4 @@ fi
 
 uv sync --frozen --quiet
 bash hack/build-kube.sh
+bash hack/build-kustomize.sh

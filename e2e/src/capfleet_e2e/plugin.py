@@ -70,6 +70,7 @@ def kubeconfig(control_plane: Cluster) -> Path:
 from capfleet_e2e.fixtures import kube, namespace, run_operator  # noqa: E402  (fixtures of this plugin)
 from capfleet_e2e.libvirt.fixtures import hypervisors, test_image  # noqa: E402
 from capfleet_e2e.netbox.fixtures import netbox, netbox_server_factory  # noqa: E402
+from capfleet_e2e.serviceaccounts import run_operator_as  # noqa: E402
 
 __all__ = [
     "control_plane",
@@ -80,5 +81,6 @@ __all__ = [
     "netbox",
     "netbox_server_factory",
     "run_operator",
+    "run_operator_as",
     "test_image",
 ]

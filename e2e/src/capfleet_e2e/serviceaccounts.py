@@ -1,0 +1,147 @@
+"""Operators run with exactly their kustomize base's RBAC: "least privilege" proven, not guessed.
+
+`apply_operator_rbac` applies the ServiceAccount, ClusterRole and ClusterRoleBinding that
+deploy/overlays/<operator> renders (nothing else, nothing added by the harness); `service_account_kubeconfig`
+gets a token for that ServiceAccount from the TokenRequest API (`kubectl create token`, i.e.
+POST .../serviceaccounts/<name>/token) and writes a kubeconfig with it, TLS verified with the cluster's CA.
+The `run_operator_as` fixture starts an operator with that kubeconfig, so a missing permission makes the
+operator fail its scenario and an excessive one is caught by the SubjectAccessReview checks in
+e2e/tests/test_deploy_rbac.py (`allowed`). `forbidden_requests` reads the audit log for any 403 the
+operator got.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from capfleet_e2e.controlplane import Cluster, ControlPlane
+from capfleet_e2e.kubebin import Kubectl, artifacts_dir, repo_root
+from capfleet_e2e.kubeconfig import write_kubeconfig
+from capfleet_e2e.kustomize import build, documents
+from capfleet_e2e.operators import OperatorProcess
+
+NAMESPACE = "capfleet-system"
+RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+FIELD_MANAGER = "capfleet-rbac-tests"
+
+RunOperatorAs = Callable[..., OperatorProcess]
+
+
+def service_account_name(operator: str) -> str:
+    return f"capfleet-{operator}-manager"
+
+
+def service_account_user(operator: str) -> str:
+    """The username the apiserver gives the operator's ServiceAccount tokens."""
+    return f"system:serviceaccount:{NAMESPACE}:{service_account_name(operator)}"
+
+
+def operator_rbac(operator: str) -> list[dict[str, Any]]:
+    """The RBAC objects of deploy/overlays/<operator>, as kustomize renders them."""
+    rendered = documents(build(repo_root() / "deploy" / "overlays" / operator))
+    return [o for o in rendered if o["kind"] in RBAC_KINDS]
+
+
+def apply_operator_rbac(kubectl: Kubectl, operator: str) -> None:
+    """Create capfleet-system if needed and server-side apply the operator's RBAC objects."""
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+    items = [namespace, *operator_rbac(operator)]
+    kubectl(
+        "apply",
+        "--server-side",
+        f"--field-manager={FIELD_MANAGER}",
+        "-f",
+        "-",
+        stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}),
+    )
+
+
+def service_account_kubeconfig(cluster: Cluster, operator: str, path: Path) -> Path:
+    """A kubeconfig holding a fresh TokenRequest token of the operator's ServiceAccount."""
+    if cluster.ca_path is None:
+        raise pytest.skip.Exception("the cluster's CA is unknown; cannot write a verified kubeconfig")
+    token = cluster.kubectl(
+        "create", "token", service_account_name(operator), "-n", NAMESPACE, "--duration=2h"
+    ).strip()
+    return write_kubeconfig(path, cluster.server, cluster.ca_path, service_account_user(operator), token)
+
+
+def forbidden_requests(cluster: Cluster, operator: str) -> list[str]:
+    """Every request of the operator's ServiceAccount that the apiserver refused (403), from the audit log.
+
+    Empty on an existing cluster, which has no audit log the harness can read.
+    """
+    if not isinstance(cluster, ControlPlane):
+        return []
+    events, _ = cluster.audit_events()
+    user = service_account_user(operator)
+    return [
+        f"{e['verb']} {e['requestURI']}"
+        for e in events
+        if e.get("user", {}).get("username") == user and e.get("responseStatus", {}).get("code") == 403
+    ]
+
+
+Access = tuple[str, str, str, str, str]  # user, verb, group, resource[/subresource], namespace ("" = all)
+
+
+def allowed(kubectl: Kubectl, questions: Sequence[Access]) -> dict[Access, bool]:
+    """Answer each question with a SubjectAccessReview, all in one kubectl call."""
+    reviews = []
+    for user, verb, group, resource, namespace in questions:
+        plural, _, subresource = resource.partition("/")
+        attributes = {"verb": verb, "group": group, "resource": plural, "subresource": subresource}
+        if namespace:
+            attributes["namespace"] = namespace
+        reviews.append(
+            {
+                "apiVersion": "authorization.k8s.io/v1",
+                "kind": "SubjectAccessReview",
+                "spec": {"user": user, "resourceAttributes": attributes},
+            }
+        )
+    if not reviews:
+        return {}
+    items = {"apiVersion": "v1", "kind": "List", "items": reviews}
+    out = kubectl("create", "-o", "json", "-f", "-", stdin=json.dumps(items))
+    answers, decoder, at = [], json.JSONDecoder(), 0  # kubectl prints one JSON document per object, in order
+    while out[at:].strip():
+        answer, at = decoder.raw_decode(out, at + len(out[at:]) - len(out[at:].lstrip()))
+        answers.append(answer)
+    return {q: bool(a["status"].get("allowed")) for q, a in zip(questions, answers, strict=True)}
+
+
+@pytest.fixture
+def run_operator_as(control_plane: Cluster, tmp_path: Path) -> Iterator[RunOperatorAs]:
+    """Start an operator (`python -m <module>`) as its own ServiceAccount, bound to its base's RBAC only.
+
+    `run_operator_as("ipam_address", "ipam-address", namespaces=[ns])`; stopped after the test.
+    """
+    started: list[OperatorProcess] = []
+    log_dir = artifacts_dir() / "operators"
+    log_dir.mkdir(parents=True, exist_ok=True)
+
+    def run(
+        module: str,
+        operator: str,
+        *,
+        namespaces: Sequence[str] = (),
+        extra_args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+    ) -> OperatorProcess:
+        apply_operator_rbac(control_plane.kubectl, operator)
+        kubeconfig = service_account_kubeconfig(control_plane, operator, tmp_path / f"{operator}.kubeconfig")
+        process = OperatorProcess(
+            module, str(kubeconfig), log_dir, namespaces=namespaces, extra_args=extra_args, env=env
+        )
+        started.append(process)
+        return process.start()
+
+    yield run
+    for process in started:
+        process.stop()

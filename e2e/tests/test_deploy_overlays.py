@@ -1,0 +1,125 @@
+"""deploy/ builds with the real kustomize, and every operator's config/ is a complete, hardened base.
+
+These need no cluster: they check what `kustomize build` renders, the shape issue 8 asks of each base
+(Recreate, one replica, liveness, resources, read-only root filesystem, dropped capabilities, non-root),
+and that each ClusterRoleBinding really binds the operator's own ServiceAccount.
+test_deploy_apply.py sends the same renderings to the control plane.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from capfleet.runtime import VERSION
+from capfleet_e2e.kubebin import repo_root
+from capfleet_e2e.kustomize import build, copy_deploy_tree, documents
+
+OPERATORS = ("ipam-address", "netbox-device", "libvirt-vm", "baremetal-provision", "capi-machine-glue")
+NAMESPACE = "capfleet-system"
+
+
+def rendered(path: str) -> list[dict[str, Any]]:
+    return documents(build(repo_root() / path))
+
+
+def only(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    found = [o for o in objects if o["kind"] == kind]
+    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
+    return found[0]
+
+
+@pytest.mark.parametrize("operator", OPERATORS)
+def test_operator_overlay_is_a_complete_hardened_base(operator: str) -> None:
+    objects = rendered(f"deploy/overlays/{operator}")
+    kinds = sorted({o["kind"] for o in objects})
+    assert kinds == sorted(
+        {
+            "ClusterKopfPeering",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "CustomResourceDefinition",
+            "Deployment",
+            "Service",
+            "ServiceAccount",
+        }
+    )
+    deployment = only(objects, "Deployment")
+    assert deployment["metadata"]["namespace"] == NAMESPACE
+    spec = deployment["spec"]
+    assert (spec["replicas"], spec["strategy"]["type"]) == (1, "Recreate")
+    pod = spec["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    (container,) = pod["containers"]
+    assert container["name"] == "manager"  # clusterctl looks for it
+    assert container["image"] == f"capfleet/{operator}:latest"
+    assert "--standalone" not in container.get("args", [])
+    probe = container["livenessProbe"]["httpGet"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert (probe["path"], ports[probe["port"]]) == ("/healthz", 9440)
+    assert container["resources"]["requests"]
+    assert container["resources"]["limits"]["memory"]
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"]["drop"] == ["ALL"]
+
+    account = only(objects, "ServiceAccount")
+    assert pod["serviceAccountName"] == account["metadata"]["name"]
+    binding = only(objects, "ClusterRoleBinding")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": NAMESPACE}
+    ]
+    assert binding["roleRef"]["name"] == only(objects, "ClusterRole")["metadata"]["name"]
+    assert only(objects, "ClusterKopfPeering")["metadata"]["name"] == f"capfleet-{operator}"
+    crds = [o for o in objects if o["kind"] == "CustomResourceDefinition"]
+    assert crds, "each base carries its own CRDs"
+
+
+def test_all_in_one_is_the_base_plus_every_operator_once() -> None:
+    objects = rendered("deploy/overlays/all-in-one")
+    assert [o["metadata"]["name"] for o in objects if o["kind"] == "Namespace"] == [NAMESPACE]
+    deployments = sorted(o["metadata"]["name"] for o in objects if o["kind"] == "Deployment")
+    assert deployments == sorted(f"capfleet-{o}-manager" for o in OPERATORS)
+    images = {
+        c["image"]
+        for o in objects
+        if o["kind"] == "Deployment"
+        for c in o["spec"]["template"]["spec"]["containers"]
+    }
+    assert len(images) == len(OPERATORS), "each operator has its own image name"
+    crd_names = [o["metadata"]["name"] for o in objects if o["kind"] == "CustomResourceDefinition"]
+    assert "clusterkopfpeerings.kopf.dev" in crd_names
+    assert len(crd_names) == len(set(crd_names))
+
+
+def test_components_add_netbox_secret_verbose_logging_and_service_monitors(tmp_path: Path) -> None:
+    overlay = copy_deploy_tree(tmp_path) / "deploy" / "overlays" / "with-components"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        "resources: [../all-in-one]\n"
+        "components: [../../components/netbox-connection, ../../components/debug-logging,"
+        " ../../components/servicemonitor/all]\n"
+    )
+    objects = documents(build(overlay))
+    secret = only(objects, "Secret")
+    assert (secret["metadata"]["name"], secret["metadata"]["namespace"]) == ("netbox-connection", NAMESPACE)
+    assert set(secret["data"]) == {"url", "token"}
+    for deployment in (o for o in objects if o["kind"] == "Deployment"):
+        assert "--verbose" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    monitors = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ServiceMonitor"}
+    assert sorted(monitors) == sorted(f"capfleet-{o}" for o in OPERATORS)
+    services = {o["metadata"]["labels"]["app.kubernetes.io/name"] for o in objects if o["kind"] == "Service"}
+    for monitor in monitors.values():
+        assert monitor["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"] in services
+        assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+
+
+def test_clusterctl_metadata_declares_the_v1beta2_contract_for_this_release() -> None:
+    metadata = documents((repo_root() / "deploy" / "clusterctl" / "metadata.yaml").read_text())[0]
+    assert (metadata["apiVersion"], metadata["kind"]) == ("clusterctl.cluster.x-k8s.io/v1alpha3", "Metadata")
+    major, minor, _ = VERSION.split(".")
+    series = {(s["major"], s["minor"]): s["contract"] for s in metadata["releaseSeries"]}
+    assert series[(int(major), int(minor))] == "v1beta2"

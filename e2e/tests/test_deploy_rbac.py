@@ -1,0 +1,105 @@
+"""What each operator's base RBAC allows, asked of the real apiserver with SubjectAccessReviews.
+
+The operators' scenarios (operators/*/tests/test_rbac.py) prove that the bases grant enough; these
+checks prove they grant no more than the design needs:
+
+- no operator can list or watch Secrets anywhere; only those whose objects reference Secrets by name
+  (NetBox connections, BMC credentials, SSH keys, bootstrap data) can `get` one;
+- no operator can write a CRD, or the status of another operator's kinds, and only the glue writes
+  another operator's objects: exactly the intermediate kinds it creates (DESIGN.md §1).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from capfleet_e2e.controlplane import Cluster
+from capfleet_e2e.kubebin import Kubectl, repo_root
+from capfleet_e2e.serviceaccounts import Access, allowed, apply_operator_rbac, service_account_user
+
+pytestmark = pytest.mark.integration
+
+OPERATORS = ("ipam-address", "netbox-device", "libvirt-vm", "baremetal-provision", "capi-machine-glue")
+# Operators whose objects name a Secret they must read: NetBox connections (ipam-address's NetboxIPPool,
+# netbox-device), SSH keys and bootstrap data (libvirt-vm), BMC credentials and bootstrap data
+# (baremetal-provision). The glue only passes Secret names on.
+READS_SECRETS = {"ipam-address", "netbox-device", "libvirt-vm", "baremetal-provision"}
+# The intermediate objects the glue creates, patches and deletes (their owners reconcile them).
+GLUE = "capi-machine-glue"
+GLUE_WRITES = {
+    ("libvirt.capfleet.dev", "libvirtvms"),
+    ("netbox.capfleet.dev", "netboxdevices"),
+    ("netbox.capfleet.dev", "netboxvirtualmachines"),
+    ("baremetal.capfleet.dev", "baremetalinstances"),
+}
+GLUE_VERBS = {"create", "patch", "delete"}
+WRITE_VERBS = ("create", "update", "patch", "delete")
+
+
+def owned_kinds(operator: str) -> set[tuple[str, str]]:
+    """(group, plural) of every CRD in crds/<operator>/."""
+    found = set()
+    for path in sorted(Path(repo_root() / "crds" / operator).glob("*.yaml")):
+        doc = yaml.safe_load(path.read_text())
+        if doc.get("kind") == "CustomResourceDefinition":
+            found.add((doc["spec"]["group"], doc["spec"]["names"]["plural"]))
+    return found
+
+
+@pytest.fixture(scope="module")
+def admin(control_plane: Cluster) -> Kubectl:
+    """The session's admin kubectl, after every operator's base RBAC has been applied."""
+    for operator in OPERATORS:
+        apply_operator_rbac(control_plane.kubectl, operator)
+    return control_plane.kubectl
+
+
+def secret_rules(operator: str) -> dict[Access, bool]:
+    user = service_account_user(operator)
+    expected: dict[Access, bool] = {}
+    for verb in ("list", "watch"):
+        expected[(user, verb, "", "secrets", "")] = False
+        expected[(user, verb, "", "secrets", "default")] = False
+    for verb in WRITE_VERBS:
+        expected[(user, verb, "", "secrets", "default")] = False
+    expected[(user, "get", "", "secrets", "default")] = operator in READS_SECRETS
+    return expected
+
+
+def ownership_rules(operator: str) -> dict[Access, bool]:
+    user = service_account_user(operator)
+    expected: dict[Access, bool] = {}
+    for verb in WRITE_VERBS:
+        expected[(user, verb, "apiextensions.k8s.io", "customresourcedefinitions", "")] = False
+    for group, plural in owned_kinds(operator):
+        for verb in ("get", "list", "watch", "patch"):
+            expected[(user, verb, group, plural, "default")] = True
+        expected[(user, "patch", group, f"{plural}/status", "default")] = True
+    for other in OPERATORS:
+        if other == operator:
+            continue
+        for group, plural in owned_kinds(other):
+            for verb in WRITE_VERBS:
+                glue_may = operator == GLUE and (group, plural) in GLUE_WRITES and verb in GLUE_VERBS
+                expected[(user, verb, group, plural, "default")] = glue_may
+                expected[(user, verb, group, f"{plural}/status", "default")] = False
+    return expected
+
+
+@pytest.mark.parametrize("operator", OPERATORS)
+def test_secrets_are_read_only_by_name_and_only_where_the_design_needs_it(
+    admin: Kubectl, operator: str
+) -> None:
+    expected = secret_rules(operator)
+    answers = allowed(admin, list(expected))
+    assert {q: a for q, a in answers.items() if a != expected[q]} == {}
+
+
+@pytest.mark.parametrize("operator", OPERATORS)
+def test_no_operator_writes_crds_or_another_operators_objects(admin: Kubectl, operator: str) -> None:
+    expected = ownership_rules(operator)
+    answers = allowed(admin, list(expected))
+    assert {q: a for q, a in answers.items() if a != expected[q]} == {}

@@ -1,0 +1,37 @@
+"""ipam-address does its job with exactly the RBAC of its kustomize base, as its own ServiceAccount.
+
+The operator runs with a TokenRequest token of capfleet-ipam-address-manager, bound only to the
+ClusterRole that deploy/overlays/ipam-address renders: if the base lacks a permission the claim is never
+bound (or the apiserver's audit log shows a 403), and the test fails.
+"""
+
+from __future__ import annotations
+
+import pytest
+from ipam_helpers import ADDRESSES, CLAIMS, bound_address, create_claim, create_pool, gone, pool_ref, ready
+
+from capfleet.kube import Kube
+from capfleet_e2e.controlplane import Cluster
+from capfleet_e2e.serviceaccounts import RunOperatorAs, forbidden_requests
+
+pytestmark = pytest.mark.integration
+
+
+async def test_claim_is_bound_with_only_the_base_rbac(
+    kube: Kube, namespace: str, control_plane: Cluster, run_operator_as: RunOperatorAs
+) -> None:
+    await create_pool(kube, namespace, "p", addresses=["10.7.0.0/29"], prefix=24, gateway="10.7.0.1")
+    run_operator_as("ipam_address", "ipam-address", namespaces=[namespace])
+    await create_claim(kube, namespace, "c1", pool_ref("p"))
+
+    address = await bound_address(kube, namespace, "c1")
+    assert address in {"10.7.0.2", "10.7.0.3", "10.7.0.4", "10.7.0.5", "10.7.0.6"}
+    stored = await kube.get(ADDRESSES, "c1", namespace)
+    assert stored is not None
+    assert stored["metadata"]["finalizers"] == ["ipam.cluster.x-k8s.io/ProtectAddress"]
+    assert (ready(await kube.get(CLAIMS, "c1", namespace)) or {}).get("reason") == "Allocated"
+
+    await kube.delete(CLAIMS, "c1", namespace)  # release: the address and both finalizers go
+    await gone(kube, CLAIMS, "c1", namespace)
+    await gone(kube, ADDRESSES, "c1", namespace)
+    assert forbidden_requests(control_plane, "ipam-address") == []

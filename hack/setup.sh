@@ -12,6 +12,9 @@ apt_packages=(
   # syslinux/mtools/dosfstools/qemu-utils for its boot-disk form. dnsmasq-base and iptables: libvirt networks.
   libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86 qemu-utils openssh-server
   linux-image-amd64 busybox-static syslinux mtools dosfstools dnsmasq-base iptables
+  # Bare-metal servers (e2e/src/capfleet_e2e/baremetal): QEMU's iPXE ROMs network-boot them on a bridge
+  # in a test network namespace (iproute2), with DHCP from dnsmasq (dnsmasq-base, above).
+  ipxe-qemu iproute2
 )
 missing=()
 for p in "${apt_packages[@]}"; do

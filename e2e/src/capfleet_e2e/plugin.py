@@ -67,19 +67,23 @@ def kubeconfig(control_plane: Cluster) -> Path:
     return control_plane.kubeconfig
 
 
+from capfleet_e2e.baremetal.fixtures import baremetal_servers, netboot_image, pxe_lab  # noqa: E402
 from capfleet_e2e.fixtures import kube, namespace, run_operator  # noqa: E402  (fixtures of this plugin)
 from capfleet_e2e.libvirt.fixtures import hypervisors, test_image  # noqa: E402
 from capfleet_e2e.netbox.fixtures import netbox, netbox_server_factory  # noqa: E402
 from capfleet_e2e.serviceaccounts import run_operator_as  # noqa: E402
 
 __all__ = [
+    "baremetal_servers",
     "control_plane",
     "hypervisors",
     "kube",
     "kubeconfig",
     "namespace",
+    "netboot_image",
     "netbox",
     "netbox_server_factory",
+    "pxe_lab",
     "run_operator",
     "run_operator_as",
     "test_image",

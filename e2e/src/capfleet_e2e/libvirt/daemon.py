@@ -9,6 +9,8 @@ Inside, everything is at Debian's default paths: an sshd started in the same nam
 sshd.py) runs `virt-ssh-helper qemu:///system` exactly as on a production hypervisor (virt-ssh-helper 9.0
 ignores `?socket=`). virtlogd holds the namespace, so libvirtd can be restarted inside it with its state.
 QEMU runs as root without a security driver or cgroups, as a sandbox requires (REFERENCE.md).
+With `netns`, the instance also runs in that network namespace (`ip netns exec`), so bridged interfaces
+join a bridge that exists only there (capfleet_e2e.baremetal's PXE network).
 """
 
 from __future__ import annotations
@@ -78,10 +80,12 @@ class LibvirtDaemon:
         pool_name: str = "default",
         pool_size_mib: int | None = None,
         log_dir: Path | None = None,
+        netns: str | None = None,
     ):
         """`pool_size_mib` puts the pool on a tmpfs of that size (seen only by this instance), so tests
         can fill it up or check capacity; without it the pool is a directory on the host's disk."""
         self.name = name
+        self.netns = netns
         self.pool_size_mib = pool_size_mib
         self.pool_name = pool_name
         self.log_dir = log_dir or artifacts_dir() / "libvirt" / name
@@ -166,7 +170,8 @@ class LibvirtDaemon:
     def restart(self) -> None:
         """Stop libvirtd and start it again in the same namespace (domains keep running meanwhile)."""
         self.stop_libvirtd()
-        argv = ["nsenter", "--mount", f"--target={self.namespace_pid}", "libvirtd", "--config"]
+        net = ["--net"] if self.netns else []
+        argv = ["nsenter", "--mount", *net, f"--target={self.namespace_pid}", "libvirtd", "--config"]
         self._run([*argv, str(self.etc_dir / "libvirtd.conf")])
 
     def stop_libvirtd(self) -> None:
@@ -183,7 +188,9 @@ class LibvirtDaemon:
             raise
 
     def _first_start_argv(self) -> list[str]:
+        in_netns = ["ip", "netns", "exec", self.netns] if self.netns else []
         return [
+            *in_netns,
             "unshare", "--mount", "--propagation", "private",
             "sh", "-c", _NAMESPACE_SCRIPT, "capfleet-libvirt",
             str(self.root), str(self.etc_dir), str(self.log_dir), str(self.virtlogd_pid_file),

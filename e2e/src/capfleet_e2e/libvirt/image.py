@@ -107,17 +107,18 @@ def _guest_init() -> str:
     return resources.files("capfleet_e2e.libvirt").joinpath("guest_init.sh").read_text()
 
 
-def _cache_key(kernel: Path, modules: list[Path]) -> str:
+def _cache_key(kernel: Path, modules: list[Path], init: str) -> str:
     digest = hashlib.sha256()
     for path in (kernel, BUSYBOX, *modules):
         st = path.stat()
         digest.update(f"{path}:{st.st_size}:{st.st_mtime_ns}\n".encode())
-    digest.update(_guest_init().encode())
+    digest.update(init.encode())
     return digest.hexdigest()[:16]
 
 
-def build_initrd(modules: list[Path], out: Path) -> None:
-    """Write a gzip-compressed newc initramfs: busybox, the modules (in `modules/order`) and /init."""
+def build_initrd(modules: list[Path], out: Path, init: str | None = None) -> None:
+    """Write a gzip-compressed newc initramfs: busybox, the modules (in `modules/order`) and /init
+    (guest_init.sh unless another script is given)."""
     if not BUSYBOX.is_file():
         raise ImageError(f"{BUSYBOX} is missing (install busybox-static)")
     with gzip.open(out, "wb", compresslevel=6) as stream:
@@ -127,7 +128,7 @@ def build_initrd(modules: list[Path], out: Path) -> None:
         cpio.char_device("dev/console", 5, 1)
         cpio.file("bin/busybox", BUSYBOX.read_bytes(), 0o755)
         cpio.symlink("bin/sh", "busybox")
-        cpio.file("init", _guest_init().encode(), 0o755)
+        cpio.file("init", (init if init is not None else _guest_init()).encode(), 0o755)
         order = []
         for path in modules:
             name = _module_name(path.name)
@@ -137,17 +138,21 @@ def build_initrd(modules: list[Path], out: Path) -> None:
         cpio.trailer()
 
 
-def ensure_test_image(cache: Path | None = None) -> TestImage:
-    """The cached kernel + initramfs, built now if this machine has not built them yet."""
+def ensure_test_image(cache: Path | None = None, init: str | None = None) -> TestImage:
+    """The cached kernel + initramfs, built now if this machine has not built them yet.
+
+    `init` replaces guest_init.sh as /init (a variant such as the network-booting one of
+    capfleet_e2e.baremetal); each variant is cached under its own key."""
     kernel, version = find_kernel()
     modules = module_files(version)
-    target = (cache or cache_root() / "testimage") / _cache_key(kernel, modules)
+    init_text = init if init is not None else _guest_init()
+    target = (cache or cache_root() / "testimage") / _cache_key(kernel, modules, init_text)
     if not (target / "initrd.img").is_file():
         target.parent.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix=".build-", dir=target.parent))
         try:
             shutil.copyfile(kernel, work / "vmlinuz")
-            build_initrd(modules, work / "initrd.img")
+            build_initrd(modules, work / "initrd.img", init_text)
             try:
                 os.rename(work, target)
             except OSError:  # built meanwhile by another process

@@ -1,0 +1,82 @@
+"""DHCP for the PXE network: dnsmasq inside the namespace, on its bridge only, handing iPXE an HTTP URL.
+
+QEMU's iPXE ROM (Debian's ipxe-qemu) sends user class `iPXE` (option 175) and speaks HTTP, so dnsmasq gives
+it `http://<bridge address>:8080/boot.ipxe` as its boot file directly: no TFTP, no chain-loading. DNS is
+off, no router is announced (nothing is routed anywhere), and IPv6 router advertisements for the bridge's
+ULA prefix are on, which ends iPXE's IPv6 autoconfiguration wait at once. The log (with --log-dhcp) and
+the lease file go to the artifacts directory.
+"""
+
+from __future__ import annotations
+
+from typing import Self
+
+from capfleet_e2e.baremetal.netns import PxeNetwork
+from capfleet_e2e.processes import Component, wait_for
+
+START_TIMEOUT = 20.0
+BOOT_SCRIPT = "boot.ipxe"
+
+
+class PxeDnsmasq:
+    """dnsmasq serving DHCP on `network`'s bridge; `boot_url` is what iPXE clients are told to fetch."""
+
+    def __init__(self, network: PxeNetwork, boot_path: str = BOOT_SCRIPT):
+        self.network = network
+        self.boot_url = network.http_url(boot_path)
+        self.log_path = network.log_dir / "dnsmasq-dhcp.log"
+        self.lease_file = network.log_dir / "dnsmasq.leases"
+        self.process: Component | None = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def argv(self) -> list[str]:
+        net = self.network
+        hosts = list(net.network.hosts())
+        first, last = hosts[99], hosts[199]  # .100 - .200
+        return [
+            "dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null", "--port=0",
+            "--no-resolv", "--no-hosts", "--user=root", "--group=root",
+            f"--interface={net.bridge}", "--bind-interfaces", "--except-interface=lo",
+            f"--dhcp-range={first},{last},{net.network.netmask},1h",
+            "--dhcp-option=option:router",  # empty: no default route for the guests
+            "--dhcp-match=set:ipxe,175",
+            f"--dhcp-boot=tag:ipxe,{self.boot_url}",
+            "--enable-ra", f"--dhcp-range=::,constructor:{net.bridge},ra-only,64",
+            f"--ra-param={net.bridge},10,0",  # router lifetime 0: not a default router either
+            "--dhcp-authoritative", "--log-dhcp", f"--log-facility={self.log_path}",
+            f"--dhcp-leasefile={self.lease_file}", f"--pid-file={net.root / 'dnsmasq.pid'}",
+        ]  # fmt: skip
+
+    def start(self) -> Self:
+        self.network.log_dir.mkdir(parents=True, exist_ok=True)
+        process = Component("dnsmasq", self.network.exec_argv(self.argv()), self.network.log_dir)
+        self.process = process
+        wait_for("dnsmasq", self._ready, START_TIMEOUT, [process])
+        return self
+
+    def _ready(self) -> bool | None:
+        try:
+            return True if "DHCP, IP range" in self.log_path.read_text(errors="replace") else None
+        except FileNotFoundError:
+            return None
+
+    def leases(self) -> dict[str, str]:
+        """Current leases: MAC address -> IPv4 address."""
+        try:
+            lines = self.lease_file.read_text().splitlines()
+        except FileNotFoundError:
+            return {}
+        return {f[1]: f[2] for f in (line.split() for line in lines) if len(f) >= 3}
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop()
+            self.process = None

@@ -1,0 +1,134 @@
+"""The private PXE network: a network namespace created by the test run, a bridge in it, and a relay.
+
+Bare-metal test servers must really DHCP and network-boot, but test traffic may go only to loopback or to
+addresses that exist only inside a namespace the test created. So the PXE network is a fresh namespace
+(`capfleet-pxe-<random>`) holding only `lo` and a bridge with 172.30.<n>.1/24 and a ULA IPv6 address (for
+router advertisements, which spare iPXE a long IPv6 wait); libvirtd runs inside it (daemon.py's `netns`),
+so the VMs' tap devices join that bridge. There is no veth, no route and no forwarding out of it.
+
+HTTP from the guests (iPXE scripts, kernel, seed, callbacks) goes to `http://<bridge address>:8080/`,
+where a relay (relay.py) hands each connection through a UNIX socket to a host relay connected to
+127.0.0.1:<port> chosen with `forward_http_to`, e.g. the operator's HTTP server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Self
+
+from capfleet_e2e.kubebin import artifacts_dir
+from capfleet_e2e.processes import Component, wait_for
+
+BRIDGE = "pxebr0"
+HTTP_PORT = 8080
+START_TIMEOUT = 20.0
+
+
+def _listening(relay: Component) -> bool | None:
+    return True if "relay: listening" in relay.log_path.read_text(errors="replace") else None
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
+
+
+class PxeNetwork:
+    """One namespace with its bridge; `start()`/`stop()` (or `with`) create and remove everything."""
+
+    def __init__(self, subnet: int | None = None, log_dir: Path | None = None):
+        self.name = f"capfleet-pxe-{secrets.token_hex(4)}"
+        n = subnet if subnet is not None else 1 + secrets.randbelow(254)
+        self.network = ipaddress.IPv4Network(f"172.30.{n}.0/24")
+        self.address = self.network.network_address + 1
+        ula = f"fd{secrets.token_hex(1)}:{secrets.token_hex(2)}:{n:x}::/64"  # a random unique local prefix
+        self.ipv6_network = ipaddress.IPv6Network(ula)
+        self.bridge = BRIDGE
+        self.http_port = HTTP_PORT
+        self.log_dir = log_dir or artifacts_dir() / "baremetal" / self.name
+        self.root = Path(tempfile.mkdtemp(prefix="capfleet-pxe-"))
+        self.root.chmod(0o700)
+        self.http_socket = self.root / "http.sock"
+        self._created = False
+        self._ns_relay: Component | None = None
+        self._host_relay: Component | None = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def exec_argv(self, argv: list[str]) -> list[str]:
+        """`argv` run inside the namespace."""
+        return ["ip", "netns", "exec", self.name, *argv]
+
+    def http_url(self, path: str = "") -> str:
+        """A URL the guests use to reach the host-side HTTP server chosen with `forward_http_to`."""
+        return f"http://{self.address}:{self.http_port}/{path.lstrip('/')}"
+
+    def start(self) -> Self:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        _ip("netns", "add", self.name)
+        self._created = True
+        try:
+            self._configure()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _configure(self) -> None:
+        ns = ["-n", self.name]
+        subprocess.run(
+            self.exec_argv(["sysctl", "-q", "-w", "net.ipv4.ip_forward=0", "net.ipv6.conf.all.forwarding=0"]),
+            check=True,
+            capture_output=True,
+        )
+        _ip(*ns, "link", "set", "lo", "up")
+        _ip(*ns, "link", "add", self.bridge, "type", "bridge", "forward_delay", "0", "stp_state", "0")
+        _ip(*ns, "addr", "add", f"{self.address}/{self.network.prefixlen}", "dev", self.bridge)
+        v6 = f"{self.ipv6_network.network_address + 1}/{self.ipv6_network.prefixlen}"
+        _ip(*ns, "addr", "add", v6, "dev", self.bridge, "nodad")
+        _ip(*ns, "link", "set", self.bridge, "up")
+        argv = [sys.executable, "-m", "capfleet_e2e.baremetal.relay"]
+        listen = f"tcp:{self.address}:{self.http_port}"
+        self._ns_relay = Component(
+            "relay-pxe", self.exec_argv([*argv, listen, f"unix:{self.http_socket}"]), self.log_dir
+        )
+        relay = self._ns_relay
+        wait_for("the PXE network's HTTP relay", lambda: _listening(relay), START_TIMEOUT, [relay])
+
+    def forward_http_to(self, port: int) -> None:
+        """Relay the guests' HTTP connections to 127.0.0.1:`port` from now on (replacing any earlier one)."""
+        self._stop_host_relay()
+        self.http_socket.unlink(missing_ok=True)
+        argv = [sys.executable, "-m", "capfleet_e2e.baremetal.relay"]
+        relay = Component(
+            "relay-host", [*argv, f"unix:{self.http_socket}", f"tcp:127.0.0.1:{port}"], self.log_dir
+        )
+        self._host_relay = relay
+        wait_for("the host HTTP relay", lambda: _listening(relay), START_TIMEOUT, [relay])
+
+    def _stop_host_relay(self) -> None:
+        if self._host_relay is not None:
+            self._host_relay.stop()
+            self._host_relay = None
+
+    def stop(self) -> None:
+        """Stop the relays and delete the namespace (with its bridge); safe to call twice."""
+        self._stop_host_relay()
+        if self._ns_relay is not None:
+            self._ns_relay.stop()
+            self._ns_relay = None
+        if self._created:
+            with contextlib.suppress(subprocess.CalledProcessError):
+                _ip("netns", "delete", self.name)
+            self._created = False
+        shutil.rmtree(self.root, ignore_errors=True)

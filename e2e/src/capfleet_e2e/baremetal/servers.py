@@ -1,0 +1,102 @@
+"""Bare-metal test servers: libvirt domains that behave like physical machines behind a BMC.
+
+Each is defined but not started: one virtio NIC on the PXE bridge (a deterministic MAC; QEMU's iPXE ROM
+network-boots it), boot order network then disk (the BMC changes it through Redfish), `<acpi/>` so that a
+`poweroff` in the guest powers it off, a small empty disk, and a serial console written to a file in the
+artifacts directory. Tests see a `BareMetalServer`: what an operator's BaremetalInstance would be given.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from xml.sax.saxutils import quoteattr
+
+import libvirt
+
+MEMORY_MIB = 256
+DISK_MIB = 64
+
+
+@dataclass(frozen=True)
+class BareMetalServer:
+    """One server: its BMC (Redfish System URL, credentials, CA to verify the emulator), MAC, serial log."""
+
+    name: str
+    uuid: str
+    mac: str
+    redfish_url: str
+    username: str
+    password: str
+    ca_cert: Path
+    serial_log: Path
+
+    @property
+    def bmc_address(self) -> str:
+        """The BMC address in a BaremetalInstance's form (`redfish+https://...`)."""
+        return f"redfish+{self.redfish_url}"
+
+    def serial_output(self) -> str:
+        """What the server printed on its serial console so far (all boots)."""
+        try:
+            return self.serial_log.read_text(errors="replace").replace("\r", "")
+        except FileNotFoundError:
+            return ""
+
+
+def server_mac(network_index: int, index: int) -> str:
+    """A locally administered MAC, stable for a given PXE network and server index."""
+    return f"52:54:00:ca:{network_index & 0xFF:02x}:{index & 0xFF:02x}"
+
+
+def domain_xml(name: str, mac: str, bridge: str, disk_path: str, serial_log: Path) -> str:
+    """A TCG domain that network-boots first, then boots from its (empty) disk."""
+    return f"""<domain type='qemu'>
+  <name>{name}</name>
+  <memory unit='MiB'>{MEMORY_MIB}</memory>
+  <vcpu>1</vcpu>
+  <os><type arch='x86_64' machine='pc'>hvm</type><boot dev='network'/><boot dev='hd'/></os>
+  <features><acpi/></features>
+  <on_poweroff>destroy</on_poweroff>
+  <on_reboot>restart</on_reboot>
+  <devices>
+    <disk type='file' device='disk'>
+      <driver name='qemu' type='raw'/><source file={quoteattr(disk_path)}/><target dev='vda' bus='virtio'/>
+    </disk>
+    <interface type='bridge'>
+      <mac address='{mac}'/><source bridge='{bridge}'/><model type='virtio'/>
+    </interface>
+    <serial type='file'><source path={quoteattr(str(serial_log))} append='on'/><target port='0'/></serial>
+    <memballoon model='none'/>
+  </devices>
+</domain>"""
+
+
+def define_server(conn: Any, pool_name: str, name: str, mac: str, bridge: str, serial_log: Path) -> str:
+    """Create the server's disk in the pool and define (not start) its domain; returns the libvirt UUID."""
+    pool = conn.storagePoolLookupByName(pool_name)
+    vol = pool.createXML(
+        f"<volume><name>{name}-disk.raw</name><capacity unit='MiB'>{DISK_MIB}</capacity>"
+        "<target><format type='raw'/></target></volume>",
+        0,
+    )
+    serial_log.parent.mkdir(parents=True, exist_ok=True)
+    dom = conn.defineXML(domain_xml(name, mac, bridge, vol.path(), serial_log))
+    uuid: str = dom.UUIDString()
+    return uuid
+
+
+def remove_server(conn: Any, pool_name: str, name: str) -> None:
+    """Destroy (if running) and undefine the domain, and delete its disk."""
+    try:
+        dom = conn.lookupByName(name)
+    except libvirt.libvirtError:
+        dom = None
+    if dom is not None:
+        if dom.isActive():
+            dom.destroy()
+        dom.undefine()
+    with contextlib.suppress(libvirt.libvirtError):
+        conn.storagePoolLookupByName(pool_name).storageVolLookupByName(f"{name}-disk.raw").delete(0)

@@ -1,10 +1,84 @@
 """kopf handlers of the baremetal-provision operator: decorators and typed arguments only, logic lives
 elsewhere.
 
-The operator's reconcilers are added by its own issue; until then it starts through the shared
-runtime, serves its probes and metrics, and watches nothing.
+BaremetalInstances are provisioned (provisioning.reconcile) on every change, including the marks the
+HTTP server (serving) writes when a guest fetches its seed or calls back; a timer checks the deadline of
+instances waiting for their installer; deletion powers the server off. Two indexes find an instance by
+its boot MAC and by its token for the HTTP server, which starts with the operator.
 """
 
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import kopf
+
+from baremetal_provision import booting, provisioning, serving
+from baremetal_provision.settings import Settings
 from capfleet import runtime
+from capfleet.api import kinds
 
 IDENTITY = runtime.Identity("baremetal-provision")
+"""The baremetal-provision operator's identity keeps its marks apart from the other operators'."""
+
+INSTANCES = (kinds.BAREMETAL_GROUP, kinds.VERSION, "baremetalinstances")
+DEADLINE_CHECK_SECONDS = 5.0
+
+
+@kopf.index(*INSTANCES)
+def instances_by_mac(body: kopf.Body, spec: kopf.Spec, **_: Any) -> dict[str, serving.Served]:
+    served, mac = serving.served_of(body), booting.normalize_mac(str(spec.get("bootMACAddress", "")))
+    return {mac: served} if served is not None and mac else {}
+
+
+@kopf.index(*INSTANCES)
+def instances_by_token(body: kopf.Body, **_: Any) -> dict[str, serving.Served]:
+    served = serving.served_of(body)
+    return {served.token: served} if served is not None else {}
+
+
+@kopf.on.startup()
+async def start_boot_server(memo: kopf.Memo, **kwargs: Any) -> None:
+    # In the operator-wide memo at startup: kopf gives each object a shallow copy of it.
+    settings = Settings.from_environ(os.environ)
+    memo["settings"] = settings
+    memo["instance_locks"] = {}
+    lookup = serving.Lookup(memo, kwargs["instances_by_mac"], kwargs["instances_by_token"], settings.boot_url)
+    app = serving.application(lookup, settings.files_dir)
+    memo["boot_server"] = await serving.start(app, settings.listen_host, settings.listen_port)
+
+
+@kopf.on.cleanup()
+async def stop_boot_server(memo: kopf.Memo, **_: Any) -> None:
+    runner = memo.get("boot_server")
+    if runner is not None:
+        await runner.cleanup()
+
+
+def context(memo: kopf.Memo) -> provisioning.Context:
+    settings, locks = memo.get("settings"), memo.get("instance_locks")
+    if not isinstance(settings, Settings) or not isinstance(locks, dict):
+        raise RuntimeError("baremetal-provision did not start: no settings in memo")
+    return provisioning.Context(runtime.kube(memo), runtime.recorder(memo), settings, locks=locks)
+
+
+@kopf.on.resume(*INSTANCES)
+@kopf.on.create(*INSTANCES)
+@kopf.on.update(*INSTANCES)
+@runtime.reconciler("BaremetalInstance")
+async def provision(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    await provisioning.reconcile(context(memo), body)
+
+
+@kopf.timer(*INSTANCES, interval=DEADLINE_CHECK_SECONDS, idle=DEADLINE_CHECK_SECONDS)
+@runtime.reconciler("BaremetalInstance")
+async def expire(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    if provisioning.needs_attention(body):
+        await provisioning.reconcile(context(memo), body)
+
+
+@kopf.on.delete(*INSTANCES)
+@runtime.reconciler("BaremetalInstance")
+async def deprovision(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    await provisioning.deprovision(context(memo), body)

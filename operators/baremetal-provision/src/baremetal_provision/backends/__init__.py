@@ -1,0 +1,1 @@
+"""The external systems baremetal-provision drives: servers' BMCs, each behind a small Protocol."""

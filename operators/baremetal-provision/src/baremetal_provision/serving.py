@@ -1,0 +1,158 @@
+"""The operator's HTTP server for the servers it network-boots: iPXE scripts, NoCloud seeds, callbacks.
+
+Started at operator startup (aiohttp). Instances are found by MAC and by token through kopf indexes
+(`Served` entries, kept current by kopf's watch), so a request never lists the API. The guest's progress
+(seed fetched, installer called back) is written as annotations on the instance, which triggers its
+reconcile: the HTTP server records, the reconcile decides.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+from aiohttp import web
+
+from baremetal_provision import booting, markers
+from baremetal_provision.reporting import RESOURCE
+from capfleet import resources, runtime
+from capfleet.kube import KubeError
+
+log = logging.getLogger(__name__)
+SEED_FILES = {"user-data", "meta-data", "network-config"}
+
+
+@dataclass(frozen=True)
+class Served:
+    """What the HTTP server needs of one instance (an index value)."""
+
+    namespace: str
+    name: str
+    token: str
+    spec: Mapping[str, Any]
+    seed_fetched: bool
+    called_back: bool
+
+
+def served_of(body: Mapping[str, Any]) -> Served | None:
+    meta = body["metadata"]
+    token = markers.token_of(meta)
+    if token is None or meta.get("deletionTimestamp"):
+        return None
+    found = markers.annotations_of(meta)
+    return Served(
+        namespace=str(meta["namespace"]),
+        name=str(meta["name"]),
+        token=token,
+        spec=dict(body.get("spec") or {}),
+        seed_fetched=bool(found.get(markers.SEED_FETCHED)),
+        called_back=bool(found.get(markers.CALLED_BACK)),
+    )
+
+
+@dataclass
+class Lookup:
+    """The operator-wide memo (for the API client) and kopf's two indexes of served instances."""
+
+    memo: kopf.Memo
+    by_mac: kopf.Index[str, Served]
+    by_token: kopf.Index[str, Served]
+    boot_url: str | None
+
+    def find(self, index: kopf.Index[str, Served], key: str) -> Served | None:
+        store = index.get(key)
+        return next(iter(store), None) if store is not None else None
+
+    def base(self, request: web.Request, served: Served | None = None) -> str:
+        own = served.spec.get("bootServerURL") if served is not None else None
+        return str(own or self.boot_url or f"{request.scheme}://{request.host}")
+
+    async def mark(self, served: Served, key: str) -> None:
+        patch = {"metadata": {"annotations": {key: markers.now()}}}
+        await runtime.kube(self.memo).patch(RESOURCE, served.name, patch, served.namespace)
+
+
+LOOKUP = web.AppKey("lookup", Lookup)
+
+
+def text(body: str, status: int = 200) -> web.Response:
+    return web.Response(text=body, status=status, content_type="text/plain")
+
+
+async def boot_ipxe(request: web.Request) -> web.Response:
+    return text(booting.boot_script(request.app[LOOKUP].base(request)))
+
+
+async def ipxe(request: web.Request) -> web.Response:
+    lookup = request.app[LOOKUP]
+    mac = booting.normalize_mac(request.query.get("mac", ""))
+    served = lookup.find(lookup.by_mac, mac) if mac else None
+    if served is None:
+        return text(booting.exit_script("no instance for this MAC"), 404)
+    if served.called_back:
+        return text(booting.exit_script("provisioned; booting from disk"))
+    log.info("serving the installer script of %s/%s to %s", served.namespace, served.name, mac)
+    return text(booting.install_script(served.spec["os"], lookup.base(request, served), served.token))
+
+
+async def seed(request: web.Request) -> web.Response:
+    lookup = request.app[LOOKUP]
+    served = lookup.find(lookup.by_token, request.match_info["token"])
+    name = request.match_info["file"]
+    if served is None or name not in SEED_FILES:
+        raise web.HTTPNotFound()
+    if name == "meta-data":
+        return text(booting.meta_data(served.namespace, served.name, served.spec))
+    if name == "network-config":
+        config = booting.network_config(served.spec)
+        if config is None:
+            raise web.HTTPNotFound()
+        return text(config)
+    ref = served.spec["userDataSecretRef"]
+    try:
+        secret = await runtime.kube(lookup.memo).get(resources.SECRETS, ref["name"], served.namespace)
+    except KubeError as exc:
+        log.warning("cannot read the user-data of %s/%s: %s", served.namespace, served.name, exc)
+        raise web.HTTPServiceUnavailable() from exc
+    value = ((secret or {}).get("data") or {}).get(ref.get("key") or "value")
+    if value is None:
+        raise web.HTTPServiceUnavailable(text="bootstrap data not ready")
+    if not served.seed_fetched:
+        await lookup.mark(served, markers.SEED_FETCHED)
+    return web.Response(body=base64.b64decode(value), content_type="text/plain")
+
+
+async def callback(request: web.Request) -> web.Response:
+    lookup = request.app[LOOKUP]
+    served = lookup.find(lookup.by_token, request.match_info["token"])
+    if served is None:
+        raise web.HTTPNotFound()
+    await request.read()  # the installer's report; only its arrival matters
+    log.info("installer of %s/%s called back", served.namespace, served.name)
+    if not served.called_back:
+        await lookup.mark(served, markers.CALLED_BACK)
+    return web.Response(status=204)
+
+
+def application(lookup: Lookup, files_dir: str | None) -> web.Application:
+    app = web.Application()
+    app[LOOKUP] = lookup
+    app.router.add_get("/boot.ipxe", boot_ipxe)
+    app.router.add_get("/ipxe", ipxe)
+    app.router.add_get("/seed/{token}/{file}", seed)
+    app.router.add_route("POST", "/callback/{token}", callback)
+    app.router.add_get("/callback/{token}", callback)
+    if files_dir:
+        app.router.add_static("/files/", files_dir)
+    return app
+
+
+async def start(app: web.Application, host: str, port: int) -> web.AppRunner:
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner

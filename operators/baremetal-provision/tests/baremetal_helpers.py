@@ -1,0 +1,89 @@
+"""Shared steps of the baremetal-provision integration tests: Secrets, instances, the BMC's view.
+
+The BMC is read through the operator's own Redfish backend, verified by the lab's CA, so the tests see
+what a real BMC reports and not what the operator wrote in status.
+"""
+
+from __future__ import annotations
+
+import base64
+import shutil
+from pathlib import Path
+from typing import Any
+
+from baremetal_provision.backends import bmc
+from capfleet import resources
+from capfleet.api import kinds
+from capfleet.kube import Kube
+from capfleet_e2e.baremetal.servers import BareMetalServer
+from capfleet_e2e.libvirt.image import TestImage
+
+INSTANCES = kinds.BAREMETAL_INSTANCE.resource
+OPERATOR_ENV = {"CAPFLEET_BMC_SHUTDOWN_SECONDS": "3", "CAPFLEET_BMC_POWER_WAIT_SECONDS": "20"}
+USER_DATA = "#cloud-config\nruncmd: [echo installed-by-capfleet]\n"
+
+
+def b64(value: str) -> str:
+    return base64.b64encode(value.encode()).decode()
+
+
+def boot_files(image: TestImage, directory: Path) -> Path:
+    """A directory the operator serves under /files/: the netboot kernel and initrd."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, source in (("kernel", image.kernel), ("initrd", image.initrd)):
+        shutil.copyfile(source, directory / name)  # aiohttp serves no symlinks out of its directory
+    return directory
+
+
+async def create_secrets(
+    kube: Kube, namespace: str, server: BareMetalServer, password: str | None = None
+) -> None:
+    credentials = {
+        "username": b64(server.username),
+        "password": b64(password or server.password),
+        "caBundle": b64(server.ca_cert.read_text()),
+    }
+    for name, data in (
+        (f"{server.name}-bmc", credentials),
+        (f"{server.name}-bootstrap", {"value": b64(USER_DATA)}),
+    ):
+        body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "data": data}
+        await kube.create(resources.SECRETS, body, namespace)
+
+
+async def create_instance(
+    kube: Kube, namespace: str, server: BareMetalServer, image: TestImage, boot_url: str, **spec: Any
+) -> str:
+    body = {
+        "apiVersion": f"{kinds.BAREMETAL_GROUP}/{kinds.VERSION}",
+        "kind": "BaremetalInstance",
+        "metadata": {"name": server.name},
+        "spec": {
+            "bmc": {"address": server.bmc_address, "credentialsSecretRef": {"name": f"{server.name}-bmc"}},
+            "bootMACAddress": server.mac,
+            "os": {
+                "kernelURL": f"{boot_url}/files/kernel",
+                "initrdURL": f"{boot_url}/files/initrd",
+                "kernelArgs": image.cmdline.split(),
+            },
+            "userDataSecretRef": {"name": f"{server.name}-bootstrap"},
+            **spec,
+        },
+    }
+    await kube.create(INSTANCES, body, namespace)
+    return server.name
+
+
+def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
+    found = ((obj or {}).get("status") or {}).get("conditions") or []
+    return next((c for c in found if c["type"] == type_), None)
+
+
+async def facts(server: BareMetalServer) -> bmc.SystemFacts:
+    """What the server's BMC reports now."""
+    credentials = bmc.Credentials(server.username, server.password, server.ca_cert.read_text())
+    target = bmc.connect(server.bmc_address, credentials, verify=True)
+    try:
+        return await target.facts()
+    finally:
+        await target.close()

@@ -1,0 +1,130 @@
+"""BaremetalInstance on the real control plane with the bare-metal lab: QEMU servers behind sushy-tools'
+Redfish emulator really network-boot from the operator's iPXE scripts, fetch their NoCloud seed and call
+back; deletion powers them off; an installer that never calls back times out; a wrong password shows."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from baremetal_helpers import (
+    INSTANCES,
+    OPERATOR_ENV,
+    boot_files,
+    condition,
+    create_instance,
+    create_secrets,
+    facts,
+)
+
+from baremetal_provision import markers
+from capfleet.kube import Kube
+from capfleet_e2e.baremetal.lab import PxeLab
+from capfleet_e2e.baremetal.servers import BareMetalServer
+from capfleet_e2e.fixtures import RunOperator
+from capfleet_e2e.libvirt.image import TestImage
+from capfleet_e2e.processes import free_port
+from capfleet_e2e.waiting import eventually
+
+pytestmark = pytest.mark.integration
+
+
+def operator_env(pxe_lab: PxeLab, files: Path) -> dict[str, str]:
+    port = free_port()
+    pxe_lab.network.forward_http_to(port)
+    return {
+        **OPERATOR_ENV,
+        "CAPFLEET_BOOT_LISTEN": f"127.0.0.1:{port}",
+        "CAPFLEET_BOOT_URL": pxe_lab.network.http_url().rstrip("/"),
+        "CAPFLEET_BOOT_FILES_DIR": str(files),
+    }
+
+
+async def test_provision_deprovision_and_timeout(
+    kube: Kube,
+    namespace: str,
+    run_operator: RunOperator,
+    pxe_lab: PxeLab,
+    baremetal_servers: Callable[[int], list[BareMetalServer]],
+    netboot_image: TestImage,
+    tmp_path: Path,
+) -> None:
+    good, silent = baremetal_servers(2)
+    env = operator_env(pxe_lab, boot_files(netboot_image, tmp_path / "files"))
+    run_operator("baremetal_provision", namespaces=[namespace], env=env)
+    boot_url = env["CAPFLEET_BOOT_URL"]
+    for server in (good, silent):
+        await create_secrets(kube, namespace, server)
+    created = time.monotonic()
+    await create_instance(kube, namespace, good, netboot_image, boot_url)
+    # This installer's kernel does not exist: iPXE gives up, nothing ever calls back.
+    await create_instance(
+        kube, namespace, silent, netboot_image, boot_url,
+        os={"kernelURL": f"{boot_url}/files/missing", "initrdURL": f"{boot_url}/files/initrd"},
+        provisioningTimeoutSeconds=60,
+    )  # fmt: skip
+
+    async def provisioned() -> dict[str, Any] | None:
+        obj = await kube.get(INSTANCES, good.name, namespace)
+        return obj if (obj or {}).get("status", {}).get("phase") == "Provisioned" else None
+
+    obj = await eventually("the server to be provisioned", provisioned, within=150)
+    print(f"\ncreate → Provisioned for one server: {time.monotonic() - created:.1f}s")
+    annotations = obj["metadata"]["annotations"]
+    assert markers.SEED_FETCHED in annotations
+    assert markers.CALLED_BACK in annotations
+    assert (condition(obj, "Ready") or {}).get("status") == "True"
+    serial = good.serial_output()
+    assert "installed-by-capfleet" in serial, "the guest fetched the bootstrap data as user-data"
+    assert f'provider-id": "capfleet://metal/{namespace}/{good.name}' in serial
+    seen = await facts(good)
+    assert (seen.boot_device, seen.boot_override) == ("disk", "Continuous")
+
+    await kube.delete(INSTANCES, good.name, namespace)
+
+    async def gone() -> bool:
+        return await kube.get(INSTANCES, good.name, namespace) is None
+
+    await eventually("the instance to be deleted", gone, within=60)
+    assert (await facts(good)).power_state == "Off"
+
+    async def timed_out() -> dict[str, Any] | None:
+        obj = await kube.get(INSTANCES, silent.name, namespace)
+        found = condition(obj, "Provisioned")
+        return obj if found and found["reason"] == "ProvisioningTimedOut" else None
+
+    obj = await eventually("the silent server to time out", timed_out, within=120)
+    assert obj["status"]["phase"] == "Failed"
+    silent_facts = await facts(silent)
+    assert (silent_facts.power_state, silent_facts.boot_device) == ("Off", "disk")
+
+
+async def test_wrong_password_is_reported(
+    kube: Kube,
+    namespace: str,
+    run_operator: RunOperator,
+    pxe_lab: PxeLab,
+    baremetal_servers: Callable[[int], list[BareMetalServer]],
+    netboot_image: TestImage,
+    tmp_path: Path,
+) -> None:
+    (server,) = baremetal_servers(1)
+    env = operator_env(pxe_lab, boot_files(netboot_image, tmp_path / "files"))
+    operator = run_operator("baremetal_provision", namespaces=[namespace], env=env)
+    wrong = "not-the-password-4711"
+    await create_secrets(kube, namespace, server, password=wrong)
+    await create_instance(kube, namespace, server, netboot_image, env["CAPFLEET_BOOT_URL"])
+
+    async def refused() -> dict[str, Any] | None:
+        obj = await kube.get(INSTANCES, server.name, namespace)
+        found = condition(obj, "BMCReachable")
+        return found if found and found["reason"] == "AuthenticationFailed" else None
+
+    found = await eventually("AuthenticationFailed", refused, within=60)
+    assert found["status"] == "False"
+    assert wrong not in found["message"]
+    assert wrong not in operator.log()
+    assert (await facts(server)).power_state == "Off", "nothing was done to the server"

@@ -7,6 +7,7 @@ CAPFLEET_NETBOX_TOKEN are set (fault-injection tests are then skipped).
 from __future__ import annotations
 
 import asyncio
+import base64
 import time
 from collections.abc import Callable
 
@@ -57,7 +58,7 @@ async def test_allocates_in_order_tags_owners_and_releases(
     prefixes = create_prefixes(netbox, 60)
     await create_connection_secret(kube, namespace, netbox)
     await create_netbox_pool(kube, namespace, "nb", [prefixes.small, prefixes.large], tenant=None)
-    run_operator("ipam_address", namespaces=[namespace])
+    operator = run_operator("ipam_address", namespaces=[namespace])
     await pool_ready(kube, namespace, "nb", "Ready")
 
     for name in ("c1", "c2", "c3"):
@@ -68,17 +69,22 @@ async def test_allocates_in_order_tags_owners_and_releases(
 
     ips = owned_ips(netbox, prefixes.vrf_id)
     assert set(ips) == {f"{namespace}/{name}@nb" for name in bound}
-    ip = ips[f"{namespace}/c3@nb"]
+    second = next(name for name, address in bound.items() if address == "10.60.1.1")
+    ip = ips[f"{namespace}/{second}@nb"]
     assert ip["address"] == "10.60.1.1/28"
     assert [t["slug"] for t in ip["tags"]] == ["capfleet"]
-    assert ip["description"] == f"capfleet: IPAddressClaim {namespace}/c3"
-    address = await kube.get(ADDRESSES, "c3", namespace)
+    assert ip["description"] == f"capfleet: IPAddressClaim {namespace}/{second}"
+    address = await kube.get(ADDRESSES, second, namespace)
     assert address is not None
     assert address["spec"]["prefix"] == 28
 
     await kube.delete(CLAIMS, "c1", namespace)
     await gone(kube, CLAIMS, "c1", namespace)
     assert f"{namespace}/c1@nb" not in owned_ips(netbox, prefixes.vrf_id), "release deletes the NetBox IP"
+    log = operator.log()
+    assert "Secret" in log or "secret" in log or "claim" in log, "the operator logged (verbosely) at all"
+    for secret in (netbox.token, base64.b64encode(netbox.token.encode()).decode()):
+        assert secret not in log, "the NetBox token reached the operator's log"
 
 
 async def test_same_address_after_crash_lost_status_and_hand_deletion(

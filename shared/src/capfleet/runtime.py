@@ -233,6 +233,9 @@ def run(identity: Identity, argv: Sequence[str] | None = None) -> None:
         log_refkey="object" if options.log_format == "json" else None,
     )
     logging.getLogger("capfleet").setLevel(logging.DEBUG if options.verbose else logging.INFO)
+    # At DEBUG the API client logs whole response bodies, Secrets included (NetBox tokens, SSH keys,
+    # BMC passwords): it never logs below INFO, whatever --verbose says.
+    logging.getLogger("kubernetes_asyncio").setLevel(logging.INFO)
     registry = kopf.get_default_registry()
     _install(registry, identity, options)
     metrics.OPERATOR_INFO.info({"operator": identity.name, "version": VERSION})

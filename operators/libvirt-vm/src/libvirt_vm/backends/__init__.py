@@ -1,0 +1,1 @@
+"""What libvirt-vm talks to: libvirt hypervisors over SSH (blocking calls, run off the event loop)."""

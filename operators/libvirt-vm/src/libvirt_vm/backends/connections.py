@@ -1,0 +1,106 @@
+"""Pooled SSH libvirt connections, one per Hypervisor, re-established after failures.
+
+Opening a connection costs an SSH handshake and a libvirt login, so each Hypervisor keeps one, shared by
+every reconcile (libvirt connections are thread-safe). The pool lives in the operator-wide memo, created
+at startup. A connection that is no longer alive, or whose target (keys, address) changed, is replaced on
+the next call. Every call runs in a worker thread; wire errors become capfleet errors here, in one place.
+Error messages never contain the private key: only paramiko's and libvirt's own messages are kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
+
+import libvirt
+import paramiko
+
+from capfleet import errors
+from capfleet.sshlibvirt import SSHLibvirtConnection, SSHLibvirtError, SSHTarget
+
+T = TypeVar("T")
+
+
+class Connection(Protocol):
+    """What the pool needs of a connection: `SSHLibvirtConnection` satisfies it."""
+
+    conn: Any
+
+    def open(self) -> Any: ...
+
+    def is_alive(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+Opener = Callable[[SSHTarget], Connection]
+
+
+def translate(exc: BaseException, where: str) -> errors.CapfleetError:
+    """The capfleet error for a failure talking to hypervisor `where`."""
+    if isinstance(exc, errors.CapfleetError):
+        return exc
+    if isinstance(exc, paramiko.BadHostKeyException):
+        return errors.BackendRejected(
+            f"{where}: host key does not match known_hosts; connection refused", reason="HostKeyMismatch"
+        )
+    if isinstance(exc, paramiko.AuthenticationException):
+        return errors.BackendRejected(
+            f"{where}: SSH authentication failed: {exc}", reason="AuthenticationFailed"
+        )
+    if isinstance(exc, paramiko.SSHException) and "known_hosts" in str(exc):
+        return errors.BackendRejected(f"{where}: host key unknown: {exc}", reason="HostKeyUnknown")
+    if isinstance(exc, paramiko.SSHException | OSError | socket.timeout | EOFError | SSHLibvirtError):
+        return errors.BackendUnavailable(f"{where}: unreachable: {exc}", reason="Unreachable")
+    if isinstance(exc, libvirt.libvirtError):
+        return errors.BackendUnavailable(f"{where}: libvirt: {exc}", reason="LibvirtError")
+    return errors.BackendUnavailable(f"{where}: {type(exc).__name__}: {exc}", reason="Unreachable")
+
+
+class Pool:
+    """One live connection per hypervisor name."""
+
+    def __init__(self, opener: Opener = SSHLibvirtConnection) -> None:
+        self._opener = opener
+        self._connections: dict[str, tuple[SSHTarget, Connection]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def _connection(self, name: str, target: SSHTarget) -> Connection:
+        lock = self._locks.setdefault(name, asyncio.Lock())
+        async with lock:
+            found = self._connections.get(name)
+            if found is not None:
+                known_target, connection = found
+                if known_target == target and await asyncio.to_thread(connection.is_alive):
+                    return connection
+                del self._connections[name]
+                await asyncio.to_thread(connection.close)
+            connection = self._opener(target)
+            try:
+                await asyncio.to_thread(connection.open)
+            except BaseException as exc:
+                raise translate(exc, name) from exc
+            self._connections[name] = (target, connection)
+            return connection
+
+    async def run(self, name: str, target: SSHTarget, call: Callable[[Any], T]) -> T:
+        """`call(virConnect)` in a worker thread on hypervisor `name`'s pooled connection."""
+        connection = await self._connection(name, target)
+        try:
+            return await asyncio.to_thread(call, connection.conn)
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            raise translate(exc, name) from exc
+
+    async def forget(self, name: str) -> None:
+        """Close and drop the hypervisor's connection (it was deleted)."""
+        found = self._connections.pop(name, None)
+        if found is not None:
+            await asyncio.to_thread(found[1].close)
+
+    async def close(self) -> None:
+        for name in list(self._connections):
+            await self.forget(name)

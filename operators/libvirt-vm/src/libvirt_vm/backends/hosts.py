@@ -1,0 +1,198 @@
+"""Blocking libvirt operations on one hypervisor connection (`virConnect`), each idempotent.
+
+Called through `connections.Pool.run`, which runs them in a worker thread, so none of them ever blocks
+kopf's event loop. Each step finds what an earlier attempt made (by deterministic name) before creating
+anything, and removes what it created when it fails half-way, so retries never leave a second domain or
+an orphan volume behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from typing import Any
+
+import libvirt
+
+from capfleet import errors
+
+GIB = 1 << 30
+_CHUNK = 1 << 20
+# Lookups that miss are expected (and handled); libvirt would print each one to stderr.
+libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
+STATES = {0: "nostate", 1: "running", 2: "blocked", 3: "paused", 4: "shutdown", 5: "shutoff", 6: "crashed"}
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    libvirt_version: str
+    qemu_version: str
+    vcpus: int
+    memory_mib: int
+    storage_gib: int
+    kvm: bool
+
+
+@dataclass(frozen=True)
+class DomainInfo:
+    uuid: str
+    state: str
+    active: bool
+    xml: str
+
+
+def _version(number: int) -> str:
+    return f"{number // 1_000_000}.{number // 1000 % 1000}.{number % 1000}"
+
+
+def _pool(conn: Any, pool_name: str) -> Any:
+    try:
+        pool = conn.storagePoolLookupByName(pool_name)
+    except libvirt.libvirtError as e:
+        raise errors.DependencyMissing(f"storage pool {pool_name} not found", reason="PoolMissing") from e
+    if not pool.isActive():
+        raise errors.DependencyMissing(f"storage pool {pool_name} is not active", reason="PoolInactive")
+    return pool
+
+
+def facts(conn: Any, pool_name: str) -> HostFacts:
+    """Versions and capacity of the host and its storage pool."""
+    info = conn.getInfo()
+    pool = _pool(conn, pool_name)
+    pool.refresh(0)
+    capabilities = conn.getCapabilities()
+    return HostFacts(
+        libvirt_version=_version(conn.getLibVersion()),
+        qemu_version=_version(conn.getVersion()),
+        vcpus=int(info[2]),
+        memory_mib=int(info[1]),
+        storage_gib=int(pool.info()[1] // GIB),
+        kvm="type='kvm'" in capabilities or 'type="kvm"' in capabilities,
+    )
+
+
+def _lookup_volume(pool: Any, name: str) -> Any | None:
+    try:
+        return pool.storageVolLookupByName(name)
+    except libvirt.libvirtError:
+        return None
+
+
+def _volume_xml(name: str, size: int, fmt: str, backing: tuple[str, str] | None = None) -> str:
+    volume = ET.Element("volume")
+    ET.SubElement(volume, "name").text = name
+    ET.SubElement(volume, "capacity", {"unit": "bytes"}).text = str(size)
+    target = ET.SubElement(volume, "target")
+    ET.SubElement(target, "format", {"type": fmt})
+    if backing is not None:
+        store = ET.SubElement(volume, "backingStore")
+        ET.SubElement(store, "path").text = backing[0]
+        ET.SubElement(store, "format", {"type": backing[1]})
+    return ET.tostring(volume, encoding="unicode")
+
+
+def _format_of(volume: Any) -> str:
+    found = ET.fromstring(volume.XMLDesc(0)).find("target/format")
+    return found.get("type", "raw") if found is not None else "raw"
+
+
+def _delete_quietly(volume: Any) -> None:
+    with contextlib.suppress(libvirt.libvirtError):
+        volume.delete(0)
+
+
+def ensure_disk(
+    conn: Any, pool_name: str, name: str, size_gib: int, source: str | None, strategy: str
+) -> str:
+    """The path of volume `name` (qcow2, `size_gib`), cloned from `source` if given; created if missing."""
+    pool = _pool(conn, pool_name)
+    existing = _lookup_volume(pool, name)
+    if existing is not None:
+        return str(existing.path())
+    size = size_gib * GIB
+    if source is None:
+        return str(pool.createXML(_volume_xml(name, size, "qcow2"), 0).path())
+    base = _lookup_volume(pool, source)
+    if base is None:
+        raise errors.DependencyMissing(
+            f"base image volume {source} not found in pool {pool_name}", reason="BaseImageMissing"
+        )
+    base_size = int(base.info()[1])
+    if base_size > size:
+        raise errors.InvalidSpec(f"disk {name} ({size_gib} GiB) is smaller than base image {source}")
+    if strategy == "BackingFile":
+        xml = _volume_xml(name, size, "qcow2", (str(base.path()), _format_of(base)))
+        return str(pool.createXML(xml, 0).path())
+    volume = pool.createXMLFrom(_volume_xml(name, base_size, "qcow2"), base, 0)
+    try:
+        if int(volume.info()[1]) < size:
+            volume.resize(size, 0)
+    except BaseException:
+        _delete_quietly(volume)
+        raise
+    return str(volume.path())
+
+
+def ensure_seed(conn: Any, pool_name: str, name: str, data: bytes) -> str:
+    """The path of raw volume `name` holding `data`, uploaded through a libvirt stream if missing."""
+    pool = _pool(conn, pool_name)
+    existing = _lookup_volume(pool, name)
+    if existing is not None:
+        return str(existing.path())
+    volume = pool.createXML(_volume_xml(name, len(data), "raw"), 0)
+    try:
+        stream = conn.newStream(0)
+        volume.upload(stream, 0, len(data), 0)
+        view = memoryview(data)
+        for start in range(0, len(data), _CHUNK):
+            stream.send(view[start : start + _CHUNK].tobytes())
+        stream.finish()
+    except BaseException:
+        _delete_quietly(volume)
+        raise
+    return str(volume.path())
+
+
+def find_domain(conn: Any, name: str) -> DomainInfo | None:
+    try:
+        domain = conn.lookupByName(name)
+    except libvirt.libvirtError as e:
+        if e.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+            return None
+        raise
+    state = domain.state()[0]
+    active = bool(domain.isActive())
+    return DomainInfo(domain.UUIDString(), STATES.get(state, str(state)), active, domain.XMLDesc(0))
+
+
+def define(conn: Any, xml: str) -> DomainInfo:
+    domain = conn.defineXML(xml)
+    found = find_domain(conn, domain.name())
+    assert found is not None
+    return found
+
+
+def set_power(conn: Any, name: str, on: bool) -> None:
+    """Start or hard-stop the domain, if it is not already in that state."""
+    domain = conn.lookupByName(name)
+    if on and not domain.isActive():
+        domain.create()
+    elif not on and domain.isActive():
+        domain.destroy()
+
+
+def remove(conn: Any, name: str, pool_name: str, volume_prefix: str) -> None:
+    """Destroy and undefine the domain, then delete every volume of the pool starting with the prefix."""
+    with contextlib.suppress(libvirt.libvirtError):
+        domain = conn.lookupByName(name)
+        if domain.isActive():
+            domain.destroy()
+        domain.undefine()
+    if find_domain(conn, name) is not None:
+        raise errors.BackendUnavailable(f"domain {name} could not be removed", reason="DomainNotRemoved")
+    pool = _pool(conn, pool_name)
+    pool.refresh(0)
+    for volume in pool.listAllVolumes(0):
+        if volume.name().startswith(volume_prefix):
+            volume.delete(0)

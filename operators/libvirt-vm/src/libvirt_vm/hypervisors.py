@@ -1,0 +1,80 @@
+"""Reconciling a Hypervisor: reach it over SSH, report versions, capacity and what capfleet VMs use of it.
+
+Called by the Hypervisor handlers on every change and on a timer (the timer notices a host that went away
+or came back). A host that cannot be reached, or whose host key does not match known_hosts, gets
+Reachable=False with a reason saying which; the handler does not raise for that, because the timer
+retries anyway and a refused host key needs a person, not a storm of reconnects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from capfleet import errors
+from capfleet.api import kinds
+from capfleet.api.libvirt import Hypervisor, LibvirtVM
+from capfleet.conditions import Update
+from libvirt_vm import placing
+from libvirt_vm.backends import hosts
+from libvirt_vm.contexts import SETTINGS, VMS, Context, ssh_target, write_status
+
+REACHABLE = "Reachable"
+STEPS = [REACHABLE]
+
+
+def demand_of(vm: LibvirtVM) -> placing.Demand:
+    spec = vm.spec
+    return placing.Demand(
+        spec.vcpus, spec.memory_mib, sum(d.size_gib for d in spec.disks), spec.anti_affinity_key
+    )
+
+
+async def placed_vms(ctx: Context) -> list[tuple[str, placing.Demand]]:
+    """Every LibvirtVM placed on some hypervisor, with what it asks for."""
+    placed = []
+    for body in await ctx.kube.list(VMS):
+        vm = kinds.LIBVIRT_VM.parse(body)
+        if vm.spec.hypervisor_name:
+            placed.append((vm.spec.hypervisor_name, demand_of(vm)))
+    return placed
+
+
+def capacity_fields(found: hosts.HostFacts, used: placing.Demand) -> dict[str, Any]:
+    return {
+        "libvirtVersion": found.libvirt_version,
+        "qemuVersion": found.qemu_version,
+        "capacity": {"vcpus": found.vcpus, "memoryMiB": found.memory_mib, "storageGiB": found.storage_gib},
+        "allocated": {"vcpus": used.vcpus, "memoryMiB": used.memory_mib, "storageGiB": used.storage_gib},
+    }
+
+
+async def reconcile(ctx: Context, body: Mapping[str, Any]) -> None:
+    hypervisor = kinds.HYPERVISOR.parse(body)
+    name = body["metadata"]["name"]
+    try:
+        target = await ssh_target(ctx.kube, hypervisor)
+        pool_name = hypervisor.spec.storage_pool
+        found = await ctx.pool.run(name, target, lambda conn: hosts.facts(conn, pool_name))
+    except errors.CapfleetError as exc:
+        await write_status(ctx, body, {}, [Update.false(REACHABLE, exc.reason, exc.message)], STEPS)
+        return
+    used = placing.used_by(await placed_vms(ctx), name)
+    update = Update.true(REACHABLE, "Connected", f"libvirt {found.libvirt_version} over SSH")
+    await write_status(ctx, body, capacity_fields(found, used), [update], STEPS)
+
+
+def candidate(hypervisor: Hypervisor, name: str, labels: Mapping[str, str]) -> placing.Candidate:
+    """The hypervisor as placement sees it: capacity less what it keeps for itself."""
+    status, reserved = hypervisor.status, hypervisor.spec.reserved
+    capacity = status.capacity if status is not None else None
+    ready = status is not None and any(c.type == REACHABLE and c.status == "True" for c in status.conditions)
+    return placing.Candidate(
+        name=name,
+        labels=labels,
+        failure_domain=hypervisor.spec.failure_domain,
+        ready=ready and capacity is not None,
+        vcpus=int((capacity.vcpus if capacity else 0) * SETTINGS.vcpu_overcommit) - reserved.vcpus,
+        memory_mib=(capacity.memory_mib if capacity else 0) - reserved.memory_mib,
+        storage_gib=int((capacity.storage_gib if capacity else 0) * SETTINGS.storage_overcommit),
+    )

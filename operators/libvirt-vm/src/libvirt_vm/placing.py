@@ -1,0 +1,104 @@
+"""Choosing a Hypervisor for a LibvirtVM: selector, failure domain, free capacity, anti-affinity.
+
+Pure: the caller lists Hypervisors and placed VMs, this decides. Free capacity is what a hypervisor has,
+less what it keeps for itself (`spec.reserved`) and what the VMs already placed on it ask for (counted
+from the VMs' specs, which is fresher than any hypervisor's status). Among the hypervisors a VM fits on,
+the one with the fewest VMs of the same anti-affinity key wins, then the one with the most free memory,
+then the first by name, so the same inputs always give the same answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What a VM asks of its hypervisor."""
+
+    vcpus: int
+    memory_mib: int
+    storage_gib: int
+    anti_affinity_key: str | None = None
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A hypervisor as placement sees it."""
+
+    name: str
+    labels: Mapping[str, str]
+    failure_domain: str | None
+    ready: bool
+    vcpus: int
+    memory_mib: int
+    storage_gib: int
+
+
+@dataclass(frozen=True)
+class Request:
+    demand: Demand
+    match_labels: Mapping[str, str]
+    failure_domain: str | None
+
+
+@dataclass(frozen=True)
+class Decision:
+    hypervisor: str | None
+    reason: str
+    message: str
+
+
+def used_by(placed: Iterable[tuple[str, Demand]], hypervisor: str) -> Demand:
+    """The sum of what the VMs placed on `hypervisor` ask for (no anti-affinity key)."""
+    vcpus = memory = storage = 0
+    for where, demand in placed:
+        if where == hypervisor:
+            vcpus += demand.vcpus
+            memory += demand.memory_mib
+            storage += demand.storage_gib
+    return Demand(vcpus, memory, storage)
+
+
+def free(candidate: Candidate, used: Demand) -> Demand:
+    return Demand(
+        candidate.vcpus - used.vcpus,
+        candidate.memory_mib - used.memory_mib,
+        candidate.storage_gib - used.storage_gib,
+    )
+
+
+def fits(available: Demand, demand: Demand) -> bool:
+    return (
+        demand.vcpus <= available.vcpus
+        and demand.memory_mib <= available.memory_mib
+        and demand.storage_gib <= available.storage_gib
+    )
+
+
+def place(request: Request, candidates: Iterable[Candidate], placed: list[tuple[str, Demand]]) -> Decision:
+    """The hypervisor for `request`, or why there is none (NoHypervisorMatches, InsufficientCapacity)."""
+    matching = [
+        c
+        for c in candidates
+        if c.ready
+        and all(c.labels.get(k) == v for k, v in request.match_labels.items())
+        and (request.failure_domain is None or c.failure_domain == request.failure_domain)
+    ]
+    if not matching:
+        message = "no ready Hypervisor matches the selector and failure domain"
+        return Decision(None, "NoHypervisorMatches", message)
+    key = request.demand.anti_affinity_key
+    options: list[tuple[int, int, str]] = []
+    for candidate in matching:
+        available = free(candidate, used_by(placed, candidate.name))
+        if not fits(available, request.demand):
+            continue
+        peers = sum(1 for on, d in placed if key and on == candidate.name and d.anti_affinity_key == key)
+        options.append((peers, -available.memory_mib, candidate.name))
+    if not options:
+        names = ", ".join(sorted(c.name for c in matching))
+        return Decision(None, "InsufficientCapacity", f"no matching Hypervisor has room ({names})")
+    chosen = min(options)[2]
+    return Decision(chosen, "Placed", f"placed on Hypervisor {chosen}")

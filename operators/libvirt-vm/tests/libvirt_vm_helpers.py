@@ -1,0 +1,216 @@
+"""Shared steps of the libvirt-vm integration tests: Hypervisor objects, base images, VMs, callbacks.
+
+The test hypervisors (two private libvirtd instances behind their own sshd) live for the whole session;
+each test makes its own Hypervisor objects (unique names) pointing at them, and must delete its VMs
+before the operator stops, so that no domain or volume outlives the test.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import secrets
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import libvirt
+
+from capfleet import resources
+from capfleet.api import kinds
+from capfleet.kube import Kube
+from capfleet_e2e.libvirt.bootdisk import boot_disk
+from capfleet_e2e.libvirt.hypervisor import Hypervisor, upload_volume
+from capfleet_e2e.libvirt.image import TestImage
+from capfleet_e2e.waiting import eventually
+
+HYPERVISORS = kinds.HYPERVISOR.resource
+VMS = kinds.LIBVIRT_VM.resource
+BASE_IMAGE = "capfleet-test-base.qcow2"
+# TCG: this machine's /dev/kvm cannot run these guests (emulation failure); production uses "auto".
+OPERATOR_ENV = {
+    "CAPFLEET_HYPERVISOR_POLL_SECONDS": "2",
+    "CAPFLEET_VM_POLL_SECONDS": "3",
+    "CAPFLEET_LIBVIRT_DOMAIN_TYPE": "qemu",
+}
+
+
+class Callbacks:
+    """A loopback HTTP server collecting the guests' POSTed reports by path (guests reach it as 10.0.2.2)."""
+
+    def __init__(self) -> None:
+        self.received: dict[str, bytes] = {}
+        received = self.received
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                received[self.path] = body
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def ensure_base_image(hv: Hypervisor, image: TestImage) -> None:
+    """The test image's boot disk as base image volume BASE_IMAGE in the hypervisor's pool (once)."""
+    conn = hv.connect()
+    try:
+        pool = conn.storagePoolLookupByName(hv.pool_name)
+        try:
+            pool.storageVolLookupByName(BASE_IMAGE)
+        except libvirt.libvirtError:
+            upload_volume(conn, hv.pool_name, BASE_IMAGE, boot_disk(image, "qcow2"), "qcow2")
+    finally:
+        conn.close()
+
+
+def remove_base_image(hv: Hypervisor) -> None:
+    """Remove BASE_IMAGE again: other suites expect the session's pools empty between tests."""
+    conn = hv.connect()
+    try:
+        pool = conn.storagePoolLookupByName(hv.pool_name)
+        with contextlib.suppress(libvirt.libvirtError):
+            pool.storageVolLookupByName(BASE_IMAGE).delete(0)
+    finally:
+        conn.close()
+
+
+def leftovers(hv: Hypervisor, namespace: str) -> tuple[list[str], list[str]]:
+    """Domains and volumes of `namespace`'s VMs still on the hypervisor."""
+    conn = hv.connect()
+    try:
+        domains = [d.name() for d in conn.listAllDomains(0) if d.name().startswith(f"{namespace}_")]
+        pool = conn.storagePoolLookupByName(hv.pool_name)
+        pool.refresh(0)
+        volumes = [v.name() for v in pool.listAllVolumes(0) if v.name().startswith(f"{namespace}_")]
+        return domains, volumes
+    finally:
+        conn.close()
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+async def create_hypervisor(
+    kube: Kube,
+    namespace: str,
+    hv: Hypervisor,
+    *,
+    known_hosts: str | None = None,
+    reserved: dict[str, int] | None = None,
+    labels: dict[str, str] | None = None,
+) -> str:
+    """Secrets (in `namespace`) and a Hypervisor object for test hypervisor `hv`; returns its name."""
+    name = f"{hv.name}-{secrets.token_hex(3)}"
+    data = {
+        "ssh-privatekey": b64(hv.sshd.client_private_key),
+        "known_hosts": b64(hv.sshd.known_hosts if known_hosts is None else known_hosts),
+    }
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "data": data}
+    await kube.create(resources.SECRETS, secret, namespace)
+    ref = {"name": name, "namespace": namespace}
+    body = {
+        "apiVersion": HYPERVISORS.api_version,
+        "kind": "Hypervisor",
+        "metadata": {"name": name, "labels": {"capfleet.dev/test": namespace, **(labels or {})}},
+        "spec": {
+            "connection": {
+                "host": hv.sshd.host,
+                "port": hv.sshd.port,
+                "user": hv.sshd.user,
+                "socketPath": str(hv.daemon.socket_path),
+            },
+            "sshKeySecretRef": ref,
+            "knownHostsSecretRef": ref,
+            "failureDomain": hv.failure_domain,
+            "storagePool": hv.pool_name,
+            "reserved": reserved or {},
+        },
+    }
+    await kube.create(HYPERVISORS, body)
+    return name
+
+
+def vm_body(
+    name: str, namespace: str, annotations: dict[str, str] | None = None, **spec: Any
+) -> dict[str, Any]:
+    return {
+        "apiVersion": VMS.api_version,
+        "kind": "LibvirtVM",
+        "metadata": {"name": name, "annotations": annotations or {}},
+        "spec": {
+            "hypervisorSelector": {"matchLabels": {"capfleet.dev/test": namespace}},
+            "vcpus": 1,
+            "memoryMiB": 192,
+            "disks": [{"name": "root", "sizeGiB": 1, "sourceImage": BASE_IMAGE}],
+            "interfaces": [{"userMode": True, "macAddress": "52:54:00:12:34:56"}],
+            "cloudInit": {"userDataSecretRef": {"name": f"{name}-bootstrap"}},
+            **spec,
+        },
+    }
+
+
+def user_data(name: str, callback_port: int) -> str:
+    return f"#cloud-config\n# capfleet-callback: http://10.0.2.2:{callback_port}/{name}\nhostname: {name}\n"
+
+
+async def create_vm(
+    kube: Kube,
+    namespace: str,
+    name: str,
+    callback_port: int,
+    annotations: dict[str, str] | None = None,
+    **spec: Any,
+) -> None:
+    """The VM's bootstrap Secret (user-data calling back to `callback_port`) and the LibvirtVM."""
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": f"{name}-bootstrap"},
+        "data": {"value": b64(user_data(name, callback_port))},
+    }
+    await kube.create(resources.SECRETS, secret, namespace)
+    await kube.create(VMS, vm_body(name, namespace, annotations, **spec), namespace)
+
+
+def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
+    for found in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if found["type"] == type_:
+            return dict(found)
+    return None
+
+
+async def wait_condition(
+    kube: Kube, resource: Any, name: str, namespace: str | None, type_: str, status: str, within: float = 60
+) -> dict[str, Any]:
+    async def probe() -> dict[str, Any] | None:
+        obj = await kube.get(resource, name, namespace)
+        found = condition(obj, type_)
+        return obj if found is not None and found["status"] == status else None
+
+    return await eventually(f"{name} {type_}={status}", probe, within)
+
+
+async def delete_all(kube: Kube, namespace: str, hypervisor_names: list[str]) -> None:
+    """Delete the namespace's VMs and wait until they are gone, then the Hypervisor objects."""
+    for vm in await kube.list(VMS, namespace):
+        await kube.delete(VMS, vm["metadata"]["name"], namespace)
+
+    async def gone() -> bool:
+        return not await kube.list(VMS, namespace)
+
+    await eventually("the VMs to be deleted", gone, 60)
+    for name in hypervisor_names:
+        await kube.delete(HYPERVISORS, name)

@@ -1,0 +1,95 @@
+"""Pure parts of a VM: deterministic names, domain XML with its owner element, and the NoCloud seed."""
+
+from __future__ import annotations
+
+import io
+import xml.etree.ElementTree as ET
+
+import pycdlib
+import yaml
+
+from capfleet.api.libvirt import VMInterface
+from libvirt_vm import domains, names, seeding
+
+
+def test_names_are_deterministic_unambiguous_and_bounded() -> None:
+    assert names.domain_name("ns", "vm") == "ns_vm"
+    assert names.domain_uuid("ns", "vm") == names.domain_uuid("ns", "vm") != names.domain_uuid("ns", "vm2")
+    assert names.disk_volume("ns_vm", "root") == "ns_vm_root.qcow2"
+    assert names.seed_volume("ns_vm") == "ns_vm_cidata.iso"
+    assert not names.disk_volume("ns_vm-b", "root").startswith(names.volume_prefix("ns_vm"))
+    long = names.domain_name("n" * 63, "v" * 253)
+    assert len(long) == names.MAX_DOMAIN_NAME
+    assert long != names.domain_name("n" * 63, "v" * 252 + "w")
+    assert names.provider_id("hv", "ns_vm") == "capfleet://vm/hv/ns_vm"
+
+
+def nic(**fields: object) -> VMInterface:
+    return VMInterface.model_validate({"macAddress": "52:54:00:00:00:01", **fields})
+
+
+def plan() -> domains.DomainPlan:
+    return domains.DomainPlan(
+        name="ns_vm",
+        uuid=names.domain_uuid("ns", "vm"),
+        owner=domains.Owner("ns", "vm"),
+        vcpus=2,
+        memory_mib=1024,
+        disks=(domains.DiskDevice("/pool/ns_vm_root.qcow2"), domains.DiskDevice("/pool/ns_vm_data.qcow2")),
+        seed_path="/pool/ns_vm_cidata.iso",
+        interfaces=(nic(userMode=True), nic(bridge="br0", macAddress="52:54:00:00:00:02")),
+    )
+
+
+def test_domain_xml_names_its_owner_and_devices() -> None:
+    xml = domains.domain_xml(plan())
+    root = ET.fromstring(xml)
+    assert root.get("type") == "qemu"
+    assert root.findtext("name") == "ns_vm"
+    assert root.findtext("uuid") == names.domain_uuid("ns", "vm")
+    assert domains.parse_owner(xml) == domains.Owner("ns", "vm")
+    disks = root.findall("devices/disk")
+    assert [d.find("target").get("dev") for d in disks] == ["vda", "vdb", "hdc"]  # type: ignore[union-attr]
+    assert [i.get("type") for i in root.findall("devices/interface")] == ["user", "bridge"]
+    assert domains.parse_owner("<domain><name>x</name></domain>") is None
+    assert domains.parse_owner("not xml") is None
+
+
+def test_network_config_v2_static_and_dhcp() -> None:
+    static = nic(userMode=True, addresses=["10.0.0.5/24"], gateway="10.0.0.1", nameservers=["10.0.0.2"])
+    config = yaml.safe_load(seeding.network_config([static, nic(userMode=True)]))
+    assert config["version"] == 2
+    assert config["ethernets"]["eth0"] == {
+        "match": {"macaddress": "52:54:00:00:00:01"},
+        "set-name": "eth0",
+        "addresses": ["10.0.0.5/24"],
+        "routes": [{"to": "default", "via": "10.0.0.1"}],
+        "nameservers": {"addresses": ["10.0.0.2"]},
+    }
+    assert config["ethernets"]["eth1"]["dhcp4"] is True
+
+
+def test_meta_data_fixed_keys_win() -> None:
+    meta = yaml.safe_load(
+        seeding.meta_data("id", "host", "capfleet://vm/hv/d", {"provider-id": "x", "a": "b"})
+    )
+    assert meta == {
+        "provider-id": "capfleet://vm/hv/d",
+        "a": "b",
+        "instance-id": "id",
+        "local-hostname": "host",
+    }
+
+
+def test_cidata_iso_holds_the_files_under_their_names() -> None:
+    files = seeding.seed_files(b"#cloud-config\n", b"instance-id: x\n", b"version: 2\n")
+    iso = pycdlib.PyCdlib()
+    iso.open_fp(io.BytesIO(seeding.cidata_iso(files)))
+    try:
+        assert iso.pvd.volume_identifier.strip() == b"cidata"
+        for name, data in files.items():
+            out = io.BytesIO()
+            iso.get_file_from_iso_fp(out, rr_path=f"/{name}")
+            assert out.getvalue() == data
+    finally:
+        iso.close()

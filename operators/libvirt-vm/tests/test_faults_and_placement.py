@@ -1,0 +1,189 @@
+"""Faults and placement on real hypervisors: a wrong known_hosts is refused with a clear condition; sshd
+stopped mid-way gives a condition, then the VM converges once it is back, as it does after libvirtd
+restarts mid-create; a missing base image is reported and leaves no volume; three anti-affine VMs spread
+over two hypervisors within each one's capacity, a fourth waits for room."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from libvirt_vm_helpers import (
+    HYPERVISORS,
+    OPERATOR_ENV,
+    VMS,
+    condition,
+    create_hypervisor,
+    create_vm,
+    delete_all,
+    ensure_base_image,
+    leftovers,
+    remove_base_image,
+    wait_condition,
+)
+
+from capfleet.kube import Kube
+from capfleet_e2e.fixtures import RunOperator
+from capfleet_e2e.libvirt.hypervisor import Hypervisor
+from capfleet_e2e.libvirt.image import TestImage
+from capfleet_e2e.libvirt.sshd import generate_ed25519
+from capfleet_e2e.waiting import eventually
+
+pytestmark = pytest.mark.integration
+NO_CALLBACK = 9  # the guests' callbacks go nowhere here; these tests watch libvirt, not the guest
+
+
+async def test_wrong_known_hosts_is_refused_with_a_clear_condition(
+    kube: Kube, namespace: str, run_operator: RunOperator, hypervisors: list[Hypervisor]
+) -> None:
+    hv = hypervisors[0]
+    run_operator("libvirt_vm", env=OPERATOR_ENV)
+    _, other_key = generate_ed25519()
+    wrong = f"[{hv.sshd.host}]:{hv.sshd.port} {other_key}\n"
+    name = await create_hypervisor(kube, namespace, hv, known_hosts=wrong)
+    try:
+        found = await wait_condition(kube, HYPERVISORS, name, None, "Reachable", "False", 30)
+        reachable = condition(found, "Reachable")
+        assert reachable is not None
+        assert reachable["reason"] == "HostKeyMismatch"
+        assert "host key does not match" in reachable["message"]
+        assert "PRIVATE KEY" not in str(found)
+        assert condition(found, "Ready") is not None
+    finally:
+        await delete_all(kube, namespace, [name])
+
+
+async def test_missing_base_image_is_reported_and_leaves_no_volume(
+    kube: Kube, namespace: str, run_operator: RunOperator, hypervisors: list[Hypervisor]
+) -> None:
+    hv = hypervisors[0]
+    run_operator("libvirt_vm", env=OPERATOR_ENV)
+    name = await create_hypervisor(kube, namespace, hv)
+    try:
+        await wait_condition(kube, HYPERVISORS, name, None, "Reachable", "True", 30)
+        disks = [{"name": "root", "sizeGiB": 1, "sourceImage": "no-such-image.qcow2"}]
+        await create_vm(kube, namespace, "vm1", NO_CALLBACK, disks=disks)
+        vm = await wait_condition(kube, VMS, "vm1", namespace, "DisksReady", "False", 30)
+        disks_ready = condition(vm, "DisksReady") or {}
+        assert disks_ready.get("reason") == "BaseImageMissing"
+        assert "no-such-image.qcow2" in disks_ready.get("message", "")
+        assert (condition(vm, "Ready") or {}).get("reason") == "BaseImageMissing"
+        assert leftovers(hv, namespace) == ([], [])
+    finally:
+        await delete_all(kube, namespace, [name])
+    assert leftovers(hv, namespace) == ([], [])
+
+
+async def test_vm_converges_after_sshd_comes_back(
+    kube: Kube,
+    namespace: str,
+    run_operator: RunOperator,
+    hypervisors: list[Hypervisor],
+    test_image: TestImage,
+) -> None:
+    hv = hypervisors[1]
+    ensure_base_image(hv, test_image)
+    run_operator("libvirt_vm", env=OPERATOR_ENV)
+    name = await create_hypervisor(kube, namespace, hv)
+    try:
+        await wait_condition(kube, HYPERVISORS, name, None, "Reachable", "True", 30)
+        hv.sshd.stop()
+        try:
+            found = await wait_condition(kube, HYPERVISORS, name, None, "Reachable", "False", 30)
+            assert (condition(found, "Reachable") or {}).get("reason") == "Unreachable"
+            await create_vm(kube, namespace, "vm1", NO_CALLBACK, hypervisorName=name)
+            vm = await wait_condition(kube, VMS, "vm1", namespace, "DisksReady", "False", 30)
+            assert (condition(vm, "DisksReady") or {}).get("reason") == "Unreachable"
+            assert leftovers(hv, namespace) == ([], [])
+        finally:
+            hv.sshd.start()
+        await wait_condition(kube, HYPERVISORS, name, None, "Reachable", "True", 30)
+        vm = await wait_condition(kube, VMS, "vm1", namespace, "Ready", "True", 90)
+        assert vm["status"]["state"] == "running"
+        assert leftovers(hv, namespace)[0] == [f"{namespace}_vm1"]
+    finally:
+        await delete_all(kube, namespace, [name])
+        remove_base_image(hv)
+    assert leftovers(hv, namespace) == ([], [])
+
+
+async def test_anti_affine_vms_spread_within_capacity(
+    kube: Kube,
+    namespace: str,
+    run_operator: RunOperator,
+    hypervisors: list[Hypervisor],
+    test_image: TestImage,
+) -> None:
+    for hv in hypervisors:
+        ensure_base_image(hv, test_image)
+    run_operator("libvirt_vm", env=OPERATOR_ENV)
+    first, second = hypervisors
+    names = [await create_hypervisor(kube, namespace, first)]
+    status = (await wait_condition(kube, HYPERVISORS, names[0], None, "Reachable", "True", 30))["status"]
+    # The second keeps back all but one vCPU: it has room for one VM, the first for two.
+    reserved = {"vcpus": status["capacity"]["vcpus"] - 1}
+    names.append(await create_hypervisor(kube, namespace, second, reserved=reserved))
+    try:
+        await wait_condition(kube, HYPERVISORS, names[1], None, "Reachable", "True", 30)
+        # The first hypervisor gets room for exactly two one-vCPU VMs too.
+        await kube.patch(
+            HYPERVISORS, names[0], {"spec": {"reserved": {"vcpus": status["capacity"]["vcpus"] - 2}}}
+        )
+        for vm in ("vm1", "vm2", "vm3"):
+            await create_vm(kube, namespace, vm, NO_CALLBACK, antiAffinityKey="cp")
+            if vm != "vm3":  # placed one after the other, so the second must avoid the first
+                await wait_condition(kube, VMS, vm, namespace, "Scheduled", "True", 30)
+        placed = {}
+        for vm in ("vm1", "vm2", "vm3"):
+            found = await wait_condition(kube, VMS, vm, namespace, "Ready", "True", 120)
+            placed[vm] = found["spec"]["hypervisorName"]
+        assert sorted(placed.values()) == sorted([names[0], names[0], names[1]])
+        assert placed["vm1"] != placed["vm2"]
+        await create_vm(kube, namespace, "vm4", NO_CALLBACK, antiAffinityKey="cp")
+        vm4 = await wait_condition(kube, VMS, "vm4", namespace, "Scheduled", "False", 30)
+        assert (condition(vm4, "Scheduled") or {}).get("reason") == "InsufficientCapacity"
+        assert "hypervisorName" not in vm4["spec"]
+
+        async def allocated() -> bool:
+            hv = await kube.get(HYPERVISORS, names[0])
+            used = ((hv or {}).get("status") or {}).get("allocated") or {}
+            return bool(used.get("vcpus") == 2)
+
+        await eventually("the first hypervisor to report two allocated vCPUs", allocated, 30)
+        assert len(leftovers(first, namespace)[0]) == 2
+        assert len(leftovers(second, namespace)[0]) == 1
+    finally:
+        await delete_all(kube, namespace, names)
+        for hv in hypervisors:
+            remove_base_image(hv)
+    assert leftovers(first, namespace) == ([], [])
+    assert leftovers(second, namespace) == ([], [])
+
+
+async def test_libvirtd_restarted_mid_create_converges_without_duplicates(
+    kube: Kube,
+    namespace: str,
+    run_operator: RunOperator,
+    hypervisors: list[Hypervisor],
+    test_image: TestImage,
+) -> None:
+    hv = hypervisors[0]
+    ensure_base_image(hv, test_image)
+    run_operator("libvirt_vm", env=OPERATOR_ENV)
+    name = await create_hypervisor(kube, namespace, hv)
+    try:
+        await wait_condition(kube, HYPERVISORS, name, None, "Reachable", "True", 30)
+        await create_vm(kube, namespace, "vm1", NO_CALLBACK)
+        await wait_condition(kube, VMS, "vm1", namespace, "Ready", "True", 60)
+        await create_vm(kube, namespace, "vm2", NO_CALLBACK)
+        await asyncio.to_thread(hv.daemon.restart)
+        for vm in ("vm1", "vm2"):
+            found = await wait_condition(kube, VMS, vm, namespace, "Ready", "True", 90)
+            assert found["status"]["state"] == "running"
+        domains, volumes = leftovers(hv, namespace)
+        assert sorted(domains) == [f"{namespace}_vm1", f"{namespace}_vm2"]
+        assert len(volumes) == 4
+    finally:
+        await delete_all(kube, namespace, [name])
+        remove_base_image(hv)
+    assert leftovers(hv, namespace) == ([], [])

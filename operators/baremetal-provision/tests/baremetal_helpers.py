@@ -15,8 +15,10 @@ from baremetal_provision.backends import bmc
 from capfleet import resources
 from capfleet.api import kinds
 from capfleet.kube import Kube
+from capfleet_e2e.baremetal.lab import PxeLab
 from capfleet_e2e.baremetal.servers import BareMetalServer
 from capfleet_e2e.libvirt.image import TestImage
+from capfleet_e2e.processes import free_port
 
 INSTANCES = kinds.BAREMETAL_INSTANCE.resource
 OPERATOR_ENV = {"CAPFLEET_BMC_SHUTDOWN_SECONDS": "3", "CAPFLEET_BMC_POWER_WAIT_SECONDS": "20"}
@@ -25,6 +27,18 @@ USER_DATA = "#cloud-config\nruncmd: [echo installed-by-capfleet]\n"
 
 def b64(value: str) -> str:
     return base64.b64encode(value.encode()).decode()
+
+
+def operator_env(pxe_lab: PxeLab, files: Path) -> dict[str, str]:
+    """The operator's environment: its boot HTTP server on a loopback port the lab's guests reach."""
+    port = free_port()
+    pxe_lab.network.forward_http_to(port)
+    return {
+        **OPERATOR_ENV,
+        "CAPFLEET_BOOT_LISTEN": f"127.0.0.1:{port}",
+        "CAPFLEET_BOOT_URL": pxe_lab.network.http_url().rstrip("/"),
+        "CAPFLEET_BOOT_FILES_DIR": str(files),
+    }
 
 
 def boot_files(image: TestImage, directory: Path) -> Path:

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from baremetal_helpers import (
     INSTANCES,
-    OPERATOR_ENV,
     boot_files,
     condition,
     create_instance,
     create_secrets,
     facts,
+    operator_env,
 )
 
 from baremetal_provision import markers
@@ -26,21 +26,9 @@ from capfleet_e2e.baremetal.lab import PxeLab
 from capfleet_e2e.baremetal.servers import BareMetalServer
 from capfleet_e2e.fixtures import RunOperator
 from capfleet_e2e.libvirt.image import TestImage
-from capfleet_e2e.processes import free_port
 from capfleet_e2e.waiting import eventually
 
 pytestmark = pytest.mark.integration
-
-
-def operator_env(pxe_lab: PxeLab, files: Path) -> dict[str, str]:
-    port = free_port()
-    pxe_lab.network.forward_http_to(port)
-    return {
-        **OPERATOR_ENV,
-        "CAPFLEET_BOOT_LISTEN": f"127.0.0.1:{port}",
-        "CAPFLEET_BOOT_URL": pxe_lab.network.http_url().rstrip("/"),
-        "CAPFLEET_BOOT_FILES_DIR": str(files),
-    }
 
 
 async def test_provision_deprovision_and_timeout(

@@ -1,8 +1,9 @@
-"""BMC addresses are checked before any call, and sushy's errors map to capfleet's (pure)."""
+"""BMC addresses are checked before any call, and sushy's and pyghmi's errors map to capfleet's (pure)."""
 
 from __future__ import annotations
 
 import pytest
+from pyghmi import exceptions as ipmi_errors
 from sushy import exceptions as sushy_errors
 
 from baremetal_provision.backends import bmc
@@ -12,13 +13,34 @@ from capfleet import errors
 def test_redfish_addresses_are_parsed() -> None:
     parsed = bmc.parse_address("redfish+https://127.0.0.1:8000/redfish/v1/Systems/abc-1")
     assert parsed == bmc.Address("https://127.0.0.1:8000", "/redfish/v1/Systems/abc-1")
-    assert bmc.parse_address("redfish+http://h/redfish/v1/Systems/1/").base_url == "http://h"
+    assert bmc.parse_address("redfish+http://h/redfish/v1/Systems/1/") == bmc.Address(
+        "http://h", "/redfish/v1/Systems/1"
+    )
+
+
+def test_ipmi_addresses_are_parsed() -> None:
+    assert bmc.parse_address("ipmi://10.0.0.1:6230") == bmc.IpmiAddress("10.0.0.1", 6230)
+    assert bmc.parse_address("ipmi://bmc.example") == bmc.IpmiAddress("bmc.example", 623)
+    assert bmc.parse_address("ipmi://[fd00::1]:624") == bmc.IpmiAddress("fd00::1", 624)
+
+
+def test_ipmi_errors_map_to_capfleet_errors() -> None:
+    address = bmc.parse_address("ipmi://10.0.0.1")
+    refused = bmc.wire_error(ipmi_errors.IpmiException("Unauthorized name"), address)
+    assert isinstance(refused, errors.BackendRejected)
+    assert refused.reason == "AuthenticationFailed"
+    silent = bmc.wire_error(ipmi_errors.IpmiException("timeout"), address)
+    assert isinstance(silent, errors.BackendUnavailable)
+    assert silent.reason == "BMCUnreachable"
 
 
 @pytest.mark.parametrize(
     ("address", "reason"),
     [
-        ("ipmi://10.0.0.1:623", "UnsupportedBMC"),
+        ("ipmi://u:p@10.0.0.1:623", "InvalidBMCAddress"),
+        ("ipmi://10.0.0.1/x", "InvalidBMCAddress"),
+        ("ipmi://10.0.0.1:99999", "InvalidBMCAddress"),
+        ("ipmi://", "InvalidBMCAddress"),
         ("https://h/redfish/v1/Systems/1", "InvalidBMCAddress"),
         ("redfish+https://h/redfish/v1/Managers/1", "InvalidBMCAddress"),
         ("redfish+https://h/redfish/v1/Systems/", "InvalidBMCAddress"),

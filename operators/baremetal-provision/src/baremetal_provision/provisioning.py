@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -23,13 +23,8 @@ from baremetal_provision.settings import Settings
 from capfleet import errors, events, pausing, resources
 from capfleet.kube import Kube
 
-Connect = Callable[[str, bmc.Credentials, bool], bmc.BMC]
 MAX_STEPS = 8
 FINISHING = {"boot_from_disk", "expire"}
-
-
-def connect_redfish(address: str, credentials: bmc.Credentials, verify: bool) -> bmc.BMC:
-    return bmc.connect(address, credentials, verify=verify)
 
 
 @dataclass
@@ -37,7 +32,12 @@ class Context:
     kube: Kube
     recorder: events.Recorder
     settings: Settings
-    connect: Connect = connect_redfish
+
+    def connect(self, address: str, credentials: bmc.Credentials, verify: bool) -> bmc.BMC:
+        return bmc.connect(
+            address, credentials, verify=verify, ipmi_cipher_suite=self.settings.ipmi_cipher_suite
+        )
+
     locks: dict[str, asyncio.Lock] = field(default_factory=dict)
 
     def lock(self, meta: Mapping[str, Any]) -> asyncio.Lock:

@@ -1,9 +1,10 @@
-"""One server's BMC behind a small Protocol (power, one boot device, facts), with a Redfish implementation.
+"""One server's BMC behind a small Protocol (power, one boot device, facts), with a Redfish implementation
+(IPMI's is in ipmi.py).
 
-The provisioning logic deals only in `BMC` and capfleet's errors; sushy (synchronous) is called off the
-event loop, and `wire_error` is the one place where its exceptions become capfleet errors, so a wrong
-password reads `AuthenticationFailed` everywhere and never a stack trace. Addresses are checked before
-any BMC is called. IPMI (pyghmi) is not implemented yet: `ipmi://` addresses are rejected clearly.
+The provisioning logic deals only in `BMC` and capfleet's errors; sushy and pyghmi (synchronous) are
+called off the event loop, and `wire_error` is the one place where their exceptions become capfleet
+errors, so a wrong password reads `AuthenticationFailed` everywhere and never a stack trace. Addresses
+are checked before any BMC is called.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any, Literal, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 import sushy
+from pyghmi import exceptions as ipmi_errors
 from sushy import auth as sushy_auth
 from sushy import connector as sushy_connector
 from sushy import exceptions as sushy_errors
@@ -28,6 +30,10 @@ T = TypeVar("T")
 PowerState = Literal["On", "Off", "Unknown"]
 BootDevice = Literal["pxe", "disk", "other"]
 SYSTEMS_PREFIX = "/redfish/v1/Systems/"
+IPMI_PORT = 623
+# pyghmi's messages for a refused login (RAKP status codes) and for a BMC that never answered.
+_IPMI_AUTH_FAILURES = ("Unauthorized name", "Incorrect password", "Invalid integrity check value")
+_IPMI_TIMEOUTS = ("timeout", "Session failed to initialize", "Unable to establish")
 
 
 @dataclass(frozen=True)
@@ -70,13 +76,24 @@ class Address:
     system_path: str
 
 
-def parse_address(address: str) -> Address:
-    """`redfish+https://host[:port]/redfish/v1/Systems/<id>` (or `redfish+http`); raises InvalidSpec."""
+@dataclass(frozen=True)
+class IpmiAddress:
+    """A parsed IPMI (RMCP+, UDP) BMC address."""
+
+    host: str
+    port: int = IPMI_PORT
+
+    @property
+    def url(self) -> str:
+        return f"ipmi://{self.host}:{self.port}"
+
+
+def parse_address(address: str) -> Address | IpmiAddress:
+    """`redfish+https://host[:port]/redfish/v1/Systems/<id>` (or `redfish+http`), or `ipmi://host[:port]`;
+    raises InvalidSpec."""
     scheme, sep, rest = address.partition("://")
-    if scheme == "ipmi":
-        raise errors.InvalidSpec(
-            "IPMI BMCs are not supported yet; use a Redfish address", reason="UnsupportedBMC"
-        )
+    if scheme == "ipmi" and sep:
+        return _parse_ipmi(rest)
     if not sep or scheme not in {"redfish+https", "redfish+http"}:
         raise errors.InvalidSpec(f"unsupported BMC address scheme {scheme!r}", reason="InvalidBMCAddress")
     url = urlsplit(f"{scheme.removeprefix('redfish+')}://{rest}")
@@ -93,6 +110,17 @@ def parse_address(address: str) -> Address:
     return Address(f"{url.scheme}://{url.netloc}", f"{SYSTEMS_PREFIX}{system_id}")
 
 
+def _parse_ipmi(rest: str) -> IpmiAddress:
+    url = urlsplit(f"ipmi://{rest}")
+    try:
+        port = url.port or IPMI_PORT
+    except ValueError:
+        port = 0
+    if not url.hostname or url.path.strip("/") or url.query or url.fragment or url.username or not port:
+        raise errors.InvalidSpec("BMC address must look like ipmi://host[:port]", reason="InvalidBMCAddress")
+    return IpmiAddress(url.hostname, port)
+
+
 @dataclass(frozen=True)
 class Credentials:
     username: str
@@ -103,8 +131,10 @@ class Credentials:
         return f"Credentials(username={self.username!r}, password=<hidden>)"
 
 
-def wire_error(exc: Exception, address: Address) -> errors.CapfleetError:
-    """The capfleet error for a sushy (or requests) failure; messages never carry credentials."""
+def wire_error(exc: Exception, address: Address | IpmiAddress) -> errors.CapfleetError:
+    """The capfleet error for a sushy (or requests) or pyghmi failure; messages never carry credentials."""
+    if isinstance(address, IpmiAddress):
+        return _ipmi_error(exc, f"BMC {address.url}")
     where = f"BMC {address.base_url}{address.system_path}"
     if isinstance(exc, sushy_errors.AccessError):
         return errors.BackendRejected(
@@ -125,6 +155,19 @@ def wire_error(exc: Exception, address: Address) -> errors.CapfleetError:
         return errors.BackendRejected(f"{where} rejected the request: {exc}", reason="BMCRejected")
     if isinstance(exc, sushy_errors.SushyError):
         return errors.BackendUnavailable(f"{where}: {exc}", reason="BMCError")
+    return errors.BackendUnavailable(f"{where}: {type(exc).__name__}", reason="BMCError")
+
+
+def _ipmi_error(exc: Exception, where: str) -> errors.CapfleetError:
+    text = str(exc)
+    if isinstance(exc, ipmi_errors.PyghmiException | OSError):
+        if any(failure in text for failure in _IPMI_AUTH_FAILURES):
+            return errors.BackendRejected(f"{where} refused the credentials", reason="AuthenticationFailed")
+        if isinstance(exc, OSError) or any(t.lower() in text.lower() for t in _IPMI_TIMEOUTS):
+            return errors.BackendUnavailable(f"{where} is unreachable", reason="BMCUnreachable")
+        if isinstance(exc, ipmi_errors.InvalidParameterValue | ipmi_errors.UnsupportedFunctionality):
+            return errors.BackendRejected(f"{where} rejected the request: {text}", reason="BMCRejected")
+        return errors.BackendUnavailable(f"{where} failed: {text}", reason="BMCError")
     return errors.BackendUnavailable(f"{where}: {type(exc).__name__}", reason="BMCError")
 
 
@@ -208,6 +251,11 @@ class RedfishBMC:
                 os.unlink(self._ca_file)
 
 
-def connect(address: str, credentials: Credentials, *, verify: bool) -> BMC:
+def connect(address: str, credentials: Credentials, *, verify: bool, ipmi_cipher_suite: int = 17) -> BMC:
     """The BMC at `address` (validated first; raises InvalidSpec); no request is made yet."""
-    return RedfishBMC(parse_address(address), credentials, verify=verify)
+    parsed = parse_address(address)
+    if isinstance(parsed, IpmiAddress):
+        from baremetal_provision.backends.ipmi import IpmiBMC  # ipmi.py builds on this module
+
+        return IpmiBMC(parsed, credentials, cipher_suite=3 if ipmi_cipher_suite == 3 else 17)
+    return RedfishBMC(parsed, credentials, verify=verify)

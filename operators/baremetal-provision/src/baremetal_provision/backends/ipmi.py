@@ -1,0 +1,124 @@
+"""`BMC` over IPMI 2.0 (RMCP+) with pyghmi: power and the boot device, nothing else.
+
+pyghmi is synchronous and keeps its sessions in process-wide state; every call runs in a worker thread.
+One session per `IpmiBMC` is kept (pyghmi keeps it alive) until `close()`, and dropped after any failure,
+so the next call logs in afresh.
+pyghmi proposes cipher suite 17 (SHA-256) and falls back to 3 (SHA-1) only on an error reply; BMCs that
+answer 17 with suite 3 (virtualbmc 3.3) then fail the login. `cipher_suite=3` skips the proposal of 17.
+Failures become capfleet errors in `bmc.wire_error`, like Redfish's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar
+
+from pyghmi.ipmi import command as ipmi_command
+from pyghmi.ipmi.private import session as ipmi_session
+
+from baremetal_provision.backends import bmc
+
+T = TypeVar("T")
+CipherSuite = Literal[3, 17]
+_DEVICES: dict[str, bmc.BootDevice] = {"network": "pxe", "hd": "disk"}
+
+
+class _Suite3Session(ipmi_session.Session):  # type: ignore[misc]
+    """A pyghmi session that proposes cipher suite 3 (HMAC-SHA1, AES-CBC-128) from the start."""
+
+    def _initsession(self) -> None:
+        super()._initsession()
+        self.attemptedhash = 1
+
+
+class _Command(ipmi_command.Command):  # type: ignore[misc]
+    """pyghmi's `Command` over a session of our choice (its constructor hard-codes `Session`)."""
+
+    def __init__(self, session: Any) -> None:
+        # The attributes `Command.__init__` sets for a remote, synchronous session (pyghmi 1.5/1.6).
+        self.onlogon = None
+        self.bmc = session.bmc
+        self._sdrcachedir = None
+        self._sdr = None
+        self._oem = None
+        self._oemknown = False
+        self._netchannel = None
+        self._ipv6support = None
+        self.certverify = None
+        self.kwargs: dict[str, Any] = {}
+        self.ipmi_session = session
+
+
+class IpmiBMC:
+    """`BMC` for `ipmi://host[:port]`; `cipher_suite=3` for BMCs that cannot negotiate suite 17."""
+
+    def __init__(
+        self, address: bmc.IpmiAddress, credentials: bmc.Credentials, *, cipher_suite: CipherSuite = 17
+    ) -> None:
+        self._address = address
+        self._credentials = credentials
+        self._cipher_suite = cipher_suite
+        self._lock = threading.Lock()
+        self._session: Any = None
+
+    def _command(self) -> Any:
+        host, port = self._address.host, self._address.port
+        user, password = self._credentials.username, self._credentials.password
+        if self._cipher_suite == 3:
+            return _Command(_Suite3Session(bmc=host, userid=user, password=password, port=port))
+        return ipmi_command.Command(bmc=host, userid=user, password=password, port=port, keepalive=False)
+
+    async def _call(self, work: Callable[[Any], T]) -> T:
+        def run() -> T:
+            with self._lock:
+                try:
+                    if self._session is None:
+                        self._session = self._command()
+                    return work(self._session)
+                except Exception as exc:  # mapped in one place; the original is chained
+                    self._drop()  # the next call logs in afresh
+                    raise bmc.wire_error(exc, self._address) from exc
+
+        return await asyncio.to_thread(run)
+
+    def _drop(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            with contextlib.suppress(Exception):  # a session that is not logged out ages out on the BMC
+                session.ipmi_session.logout()
+
+    async def facts(self) -> bmc.SystemFacts:
+        def read(command: Any) -> bmc.SystemFacts:
+            power = command.get_power().get("powerstate")
+            boot = command.get_bootdev()
+            device = str(boot.get("bootdev", ""))
+            override = "Disabled" if device in {"", "default"} else "Continuous"
+            if override != "Disabled" and not boot.get("persistent", False):
+                override = "Once"
+            return bmc.SystemFacts(
+                power_state="On" if power == "on" else "Off" if power == "off" else "Unknown",
+                boot_device=_DEVICES.get(device, "other"),
+                boot_override=override,
+            )
+
+        return await self._call(read)
+
+    async def power_on(self) -> None:
+        await self._call(lambda command: command.set_power("on"))
+
+    async def power_off(self, *, force: bool) -> None:
+        await self._call(lambda command: command.set_power("off" if force else "shutdown"))
+
+    async def set_boot_device(self, device: Literal["pxe", "disk"], *, once: bool) -> None:
+        target = "network" if device == "pxe" else "hd"
+        await self._call(lambda command: command.set_bootdev(target, persist=not once))
+
+    async def close(self) -> None:
+        def logout() -> None:
+            with self._lock:
+                self._drop()
+
+        await asyncio.to_thread(logout)

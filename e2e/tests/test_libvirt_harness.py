@@ -7,12 +7,9 @@ from __future__ import annotations
 import io
 import re
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import libvirt
 import paramiko
@@ -20,6 +17,7 @@ import pycdlib
 import pytest
 
 from capfleet.sshlibvirt import SSHLibvirtConnection
+from capfleet_e2e.callbacks import Callbacks
 from capfleet_e2e.kubebin import artifacts_dir
 from capfleet_e2e.libvirt.bootdisk import boot_disk
 from capfleet_e2e.libvirt.hypervisor import Hypervisor, upload_volume
@@ -83,33 +81,6 @@ def domain_xml(
     <memballoon model='none'/>
   </devices>
 </domain>"""
-
-
-class Callbacks:
-    """A loopback HTTP server collecting the guests' POSTed reports by path."""
-
-    def __init__(self) -> None:
-        self.received: dict[str, bytes] = {}
-        received = self.received
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                received[self.path] = body
-                self.send_response(204)
-                self.end_headers()
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture

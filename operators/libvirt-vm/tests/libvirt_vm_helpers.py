@@ -10,8 +10,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import secrets
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import libvirt
@@ -33,33 +31,6 @@ OPERATOR_ENV = {
     "CAPFLEET_VM_POLL_SECONDS": "3",
     "CAPFLEET_LIBVIRT_DOMAIN_TYPE": "qemu",
 }
-
-
-class Callbacks:
-    """A loopback HTTP server collecting the guests' POSTed reports by path (guests reach it as 10.0.2.2)."""
-
-    def __init__(self) -> None:
-        self.received: dict[str, bytes] = {}
-        received = self.received
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                received[self.path] = body
-                self.send_response(204)
-                self.end_headers()
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def ensure_base_image(hv: Hypervisor, image: TestImage) -> None:

@@ -15,7 +15,6 @@ from libvirt_vm_helpers import (
     HYPERVISORS,
     OPERATOR_ENV,
     VMS,
-    Callbacks,
     condition,
     create_hypervisor,
     create_vm,
@@ -27,6 +26,7 @@ from libvirt_vm_helpers import (
 )
 
 from capfleet.kube import Kube
+from capfleet_e2e.callbacks import Callbacks
 from capfleet_e2e.fixtures import RunOperator
 from capfleet_e2e.kubebin import artifacts_dir
 from capfleet_e2e.libvirt.hypervisor import Hypervisor

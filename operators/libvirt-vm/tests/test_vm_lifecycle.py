@@ -14,7 +14,6 @@ from libvirt_vm_helpers import (
     HYPERVISORS,
     OPERATOR_ENV,
     VMS,
-    Callbacks,
     b64,
     create_hypervisor,
     create_vm,
@@ -27,6 +26,7 @@ from libvirt_vm_helpers import (
 )
 
 from capfleet.kube import Kube
+from capfleet_e2e.callbacks import Callbacks
 from capfleet_e2e.fixtures import RunOperator
 from capfleet_e2e.libvirt.hypervisor import Hypervisor
 from capfleet_e2e.libvirt.image import TestImage, seed_from_serial

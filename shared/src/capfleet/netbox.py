@@ -135,12 +135,6 @@ def translate(exc: Exception) -> errors.CapfleetError:
     raise exc
 
 
-def status_code(exc: errors.CapfleetError) -> int | None:
-    """The HTTP status behind a translated error, when there was one."""
-    cause = exc.__cause__
-    return cause.req.status_code if isinstance(cause, pynetbox.RequestError) else None
-
-
 async def call(operation: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run a pynetbox call off the event loop, timed, with failures translated."""
     with metrics.backend_call("netbox", operation):

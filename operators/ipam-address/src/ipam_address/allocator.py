@@ -59,9 +59,6 @@ class Allocator:
         if pending is not None:
             pending.pop(address, None)
 
-    def pending_count(self, pool: PoolKey) -> int:
-        return len(self._pending.get(pool) or ())
-
     def released(self, pool: PoolKey) -> None:
         """An address of `pool` was freed, or the pool grew: wake the claims waiting on it."""
         self._event(self._released, pool).set()

@@ -123,20 +123,5 @@ async def write_status(
     ready_steps: list[str],
 ) -> dict[str, Any]:
     """Write the status keys that change, with a summarised Ready; an Event when Ready changes."""
-    meta = body["metadata"]
-    current = body.get("status") or {}
-    desired = {
-        **fields,
-        "conditions": statuses.with_conditions(
-            current, updates, generation=meta.get("generation"), ready_steps=ready_steps
-        ),
-    }
-    changed = statuses.differences(current, desired)
-    if changed:
-        resource = VMS if meta.get("namespace") else HYPERVISORS
-        await ctx.kube.patch_status(resource, meta["name"], changed, meta.get("namespace"))
-    ready = next(c for c in desired["conditions"] if c["type"] == "Ready")
-    await ctx.recorder.transition(
-        body, "Normal" if ready["status"] == "True" else "Warning", ready["reason"], ready.get("message", "")
-    )
-    return desired
+    resource = VMS if body["metadata"].get("namespace") else HYPERVISORS
+    return await statuses.write(ctx.kube, ctx.recorder, resource, body, fields, updates, ready_steps)

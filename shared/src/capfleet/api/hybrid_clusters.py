@@ -23,6 +23,7 @@ from capfleet.api.base import (
     Model,
     NoStatus,
     ObjectTemplateMeta,
+    Slug,
     TypedLocalObjectReference,
     cel_rules,
     immutable_once_set,
@@ -44,6 +45,16 @@ class NetboxConnection(Model):
     connection_secret_ref: ConnectionSecretReference = Field(
         description="Secret with the NetBox connection (keys url, token, optional caBundle)."
     )
+    cluster: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=100,
+        description="NetBox virtualization cluster the cluster's VMs are recorded in.",
+    )
+    site: Slug | None = Field(
+        default=None, description="Slug of the NetBox site VMs are recorded in (when no cluster is given)."
+    )
+    tenant: Slug | None = Field(default=None, description="Slug of the NetBox tenant of VMs and servers.")
 
 
 class FailureDomainSpec(Model):

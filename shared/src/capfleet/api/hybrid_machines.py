@@ -92,6 +92,10 @@ class BaremetalMachine(Model):
         " the first non-management interface with a MAC if unset.",
     )
     os_profile: OSProfile = Field(description="The OS installer profile to network-boot.")
+    cleaning: Literal["metadata", "disabled"] = Field(
+        default="disabled",
+        description="On deprovisioning: wipe disk metadata by network-booting a cleaning profile, or not.",
+    )
 
 
 class MachineInterface(Model):

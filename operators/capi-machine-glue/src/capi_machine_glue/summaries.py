@@ -1,0 +1,80 @@
+"""Folding children into the HybridMachine's step conditions, addresses and provider ID.
+
+A machine is stuck where its first unfinished child is stuck, so each step's condition carries that
+child's own reason and message, prefixed with the child's kind and name. `kubectl describe
+hybridmachine` then says, for example, "LibvirtVM cp-0: Scheduled: no Hypervisor has 4 vCPUs free"
+without anyone opening the child.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from capfleet import conditions
+from capfleet.conditions import READY, Update
+from capi_machine_glue.specs import Allocation
+
+# The steps of a machine, in the order they happen; Ready names the first that is not True.
+CLUSTER_INFRASTRUCTURE = "ClusterInfrastructureReady"
+CONTROL_PLANE = "ControlPlaneInitialized"
+BOOTSTRAP = "BootstrapDataReady"
+ADDRESSES = "AddressesAllocated"
+DEVICE = "DeviceClaimed"
+SERVER = "ServerProvisioned"
+VM = "VMProvisioned"
+NETBOX_RECORD = "NetboxRecorded"
+
+WAITING_STEPS = [CLUSTER_INFRASTRUCTURE, CONTROL_PLANE, BOOTSTRAP]
+VM_STEPS = [*WAITING_STEPS, ADDRESSES, VM]
+VM_STEPS_WITH_NETBOX = [*VM_STEPS, NETBOX_RECORD]
+METAL_STEPS = [*WAITING_STEPS, ADDRESSES, DEVICE, SERVER]
+
+
+def steps(vm: bool, netbox_record: bool) -> list[str]:
+    if not vm:
+        return METAL_STEPS
+    return VM_STEPS_WITH_NETBOX if netbox_record else VM_STEPS
+
+
+def child_ready(step: str, kind: str, child: Mapping[str, Any] | None, done_reason: str) -> Update:
+    """The step's condition from one child's Ready condition."""
+    if child is None:
+        return Update.unknown(step, "Creating", f"{kind} not created yet")
+    name = child["metadata"]["name"]
+    if child["metadata"].get("deletionTimestamp"):
+        return Update.false(step, "Deleting", f"{kind} {name} is being deleted")
+    ready = conditions.find(conditions.parse((child.get("status") or {}).get("conditions")), READY)
+    if ready is None:
+        return Update.unknown(step, "Pending", f"{kind} {name} has not reported yet")
+    if ready.status == "True":
+        return Update.true(step, done_reason, f"{kind} {name}")
+    message = f"{kind} {name}: {ready.message}" if ready.message else f"{kind} {name}"
+    return Update(step, ready.status, ready.reason, message)
+
+
+def claims_ready(claims: Sequence[tuple[str, Mapping[str, Any] | None]]) -> Update:
+    """AddressesAllocated from every IPAddressClaim (name, object or None); True with no claims (DHCP)."""
+    if not claims:
+        return Update.true(ADDRESSES, "NoPools", "addresses come from DHCP")
+    for name, claim in claims:
+        update = child_ready(ADDRESSES, "IPAddressClaim", claim, "Allocated")
+        if claim is None:
+            update = Update.unknown(ADDRESSES, "Creating", f"IPAddressClaim {name} not created yet")
+        if update.status != "True":
+            return update
+        if not ((claim or {}).get("status") or {}).get("addressRef", {}).get("name"):
+            return Update.unknown(ADDRESSES, "Pending", f"IPAddressClaim {name} has no address yet")
+    return Update.true(ADDRESSES, "Allocated", f"{len(claims)} address(es) allocated")
+
+
+def allocation(ip_address: Mapping[str, Any]) -> Allocation:
+    spec = ip_address["spec"]
+    return Allocation(address=spec["address"], prefix=int(spec["prefix"]), gateway=spec.get("gateway"))
+
+
+def machine_addresses(hostname: str, allocations: Iterable[Allocation]) -> list[dict[str, str]]:
+    """status.addresses as CAPI reads them: the hostname, then each allocated address as InternalIP."""
+    result = [{"type": "Hostname", "address": hostname}]
+    result += [{"type": "InternalIP", "address": a.address} for a in allocations]
+    return result

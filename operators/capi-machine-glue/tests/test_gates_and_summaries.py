@@ -1,0 +1,104 @@
+"""The CAPI waits and the folding of children into step conditions, on plain objects."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from glue_helpers import cluster
+
+from capfleet.conditions import Update
+from capi_machine_glue import gates, summaries
+from capi_machine_glue.clusters import failure_domains
+
+CLUSTER: dict[str, Any] = {
+    "spec": {
+        "infrastructureRef": {
+            "apiGroup": "infrastructure.cluster.x-k8s.io",
+            "kind": "HybridCluster",
+            "name": "h",
+        }
+    },
+    "status": {"initialization": {"infrastructureProvisioned": True}},
+}
+
+
+def ready(status: str, reason: str = "R", message: str = "") -> dict[str, Any]:
+    return {
+        "type": "Ready",
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }
+
+
+def test_cluster_infrastructure_waits_in_order() -> None:
+    assert gates.cluster_infrastructure("c", None, None).reason == "WaitingForCluster"
+    assert gates.cluster_infrastructure("c", CLUSTER, None).reason == "WaitingForHybridCluster"
+    unprovisioned = {**CLUSTER, "status": {}}
+    assert gates.cluster_infrastructure("c", unprovisioned, {}).reason == "WaitingForClusterInfrastructure"
+    assert gates.cluster_infrastructure("c", CLUSTER, {}).status == "True"
+    other = {
+        "spec": {
+            "infrastructureRef": {
+                "apiGroup": "infrastructure.cluster.x-k8s.io",
+                "kind": "DockerCluster",
+                "name": "d",
+            }
+        }
+    }
+    assert gates.cluster_infrastructure("c", other, None).reason == "NotAHybridCluster"
+
+
+def test_workers_wait_for_the_control_plane_and_control_plane_machines_do_not() -> None:
+    worker: dict[str, Any] = {"metadata": {"labels": {}}, "spec": {}}
+    cp: dict[str, Any] = {"metadata": {"labels": {"cluster.x-k8s.io/control-plane": ""}}, "spec": {}}
+    assert gates.control_plane_initialized(cp, CLUSTER).status == "True"
+    assert gates.control_plane_initialized(worker, CLUSTER).reason == "WaitingForControlPlaneInitialized"
+    by_condition = {
+        **CLUSTER,
+        "status": {"conditions": [{**ready("True"), "type": "ControlPlaneInitialized"}]},
+    }
+    assert gates.control_plane_initialized(worker, by_condition).status == "True"
+    by_field = {**CLUSTER, "status": {"initialization": {"controlPlaneInitialized": True}}}
+    assert gates.control_plane_initialized(worker, by_field).status == "True"
+    assert gates.bootstrap_data(worker).reason == "WaitingForBootstrapData"
+    worker["spec"]["bootstrap"] = {"dataSecretName": "w-0"}
+    assert gates.bootstrap_data(worker) == Update.true("BootstrapDataReady", "Available", "Secret w-0")
+
+
+def test_a_childs_ready_condition_becomes_the_step_with_its_own_reason_and_message() -> None:
+    vm = {
+        "metadata": {"name": "cp-0"},
+        "status": {"conditions": [ready("False", "NoCapacity", "Scheduled: full")]},
+    }
+    update = summaries.child_ready("VMProvisioned", "LibvirtVM", vm, "Running")
+    assert update == Update.false("VMProvisioned", "NoCapacity", "LibvirtVM cp-0: Scheduled: full")
+    assert summaries.child_ready("VMProvisioned", "LibvirtVM", None, "Running").reason == "Creating"
+    silent = {"metadata": {"name": "cp-0"}}
+    assert summaries.child_ready("VMProvisioned", "LibvirtVM", silent, "Running").reason == "Pending"
+    done = {"metadata": {"name": "cp-0"}, "status": {"conditions": [ready("True")]}}
+    assert summaries.child_ready("VMProvisioned", "LibvirtVM", done, "Running").status == "True"
+
+
+def test_claims_are_allocated_only_when_every_claim_has_an_address() -> None:
+    bound = {
+        "metadata": {"name": "a"},
+        "status": {"addressRef": {"name": "a"}, "conditions": [ready("True")]},
+    }
+    unbound = {
+        "metadata": {"name": "b"},
+        "status": {"conditions": [ready("False", "PoolExhausted", "no free address")]},
+    }
+    assert summaries.claims_ready([]).reason == "NoPools"
+    assert summaries.claims_ready([("a", bound)]).status == "True"
+    assert summaries.claims_ready([("a", bound), ("b", unbound)]) == Update.false(
+        "AddressesAllocated", "PoolExhausted", "IPAddressClaim b: no free address"
+    )
+    assert summaries.claims_ready([("c", None)]).reason == "Creating"
+
+
+def test_failure_domains_are_reported_as_the_v1beta2_list() -> None:
+    assert failure_domains(cluster()) == [
+        {"name": "fd-a", "controlPlane": True, "attributes": {"hypervisor.zone": "a", "site": "dc-a"}}
+    ]

@@ -1,0 +1,157 @@
+"""The children's specs follow from the machine, its cluster and what was allocated or claimed."""
+
+from __future__ import annotations
+
+import pytest
+from glue_helpers import cluster, metal_machine, vm_machine
+
+from capfleet import errors
+from capfleet.api.netbox import NetboxDeviceStatus
+from capi_machine_glue import names, specs
+
+FACTS = specs.MachineFacts(
+    namespace="ns", name="cp-0", cluster="c1", data_secret="cp-0-bootstrap", group="KubeadmControlPlane/cp"
+)
+V4 = {"eth0": [specs.Allocation("192.0.2.21", 24, "192.0.2.1")]}
+DEVICE = NetboxDeviceStatus.model_validate(
+    {
+        "deviceID": 42,
+        "name": "srv-42",
+        "serial": "SN42",
+        "bmcAddress": "10.9.0.42",
+        "interfaces": [
+            {"name": "bmc", "macAddress": "aa:00:00:00:00:01", "mgmtOnly": True},
+            {"name": "eno1", "macAddress": "aa:00:00:00:00:02"},
+        ],
+    }
+)
+
+
+def test_macs_are_deterministic_locally_administered_and_distinct() -> None:
+    mac = names.mac_address("ns", "cp-0", "eth0")
+    assert mac == names.mac_address("ns", "cp-0", "eth0")
+    assert mac != names.mac_address("ns", "cp-1", "eth0")
+    assert mac != names.mac_address("other", "cp-0", "eth0")
+    first = int(mac.split(":")[0], 16)
+    assert first & 0x02
+    assert not first & 0x01
+
+
+def test_long_names_are_cut_with_a_hash_that_keeps_them_distinct() -> None:
+    a, b = names.fit("x" * 300 + "a"), names.fit("x" * 300 + "b")
+    assert len(a) == len(b) == names.NAME_MAX
+    assert a != b
+    assert names.address_claim("m", "Ethernet1/1", 0) == "m-ethernet1-1-0"
+
+
+def test_address_claims_one_per_pool_with_the_cluster_name() -> None:
+    plans = specs.address_claims(vm_machine(), FACTS)
+    assert [(p.name, p.interface) for p in plans] == [("cp-0-eth0-0", "eth0")]
+    assert plans[0].spec == {
+        "poolRef": {"apiGroup": "ipam.capfleet.dev", "kind": "IPPool", "name": "v4"},
+        "clusterName": "c1",
+    }
+
+
+def test_vm_spec_merges_selectors_and_places_addresses_gateway_and_dns_on_the_default_nic() -> None:
+    facts = specs.MachineFacts(**{**FACTS.__dict__, "failure_domain": "fd-a"})
+    spec = specs.vm_spec(vm_machine(), cluster(), facts, V4)
+    assert spec["hypervisorSelector"] == {"matchLabels": {"rack": "r1", "zone": "a"}}
+    assert spec["failureDomain"] == "fd-a"
+    assert spec["antiAffinityKey"] == "KubeadmControlPlane/cp"
+    assert [d["name"] for d in spec["disks"]] == ["root", "disk1"]
+    assert spec["disks"][0]["sourceImage"] == "base.qcow2"
+    assert "sourceImage" not in spec["disks"][1]
+    eth0, eth1 = spec["interfaces"]
+    assert eth0 == {
+        "macAddress": names.mac_address("ns", "cp-0", "eth0"),
+        "bridge": "br0",
+        "addresses": ["192.0.2.21/24"],
+        "gateway": "192.0.2.1",
+        "nameservers": ["192.0.2.53"],
+    }
+    assert eth1 == {"macAddress": names.mac_address("ns", "cp-0", "eth1"), "network": "storage"}
+    assert spec["cloudInit"]["userDataSecretRef"] == {"name": "cp-0-bootstrap", "key": "value"}
+
+
+def test_unknown_failure_domain_and_conflicting_labels_are_invalid_specs() -> None:
+    facts = specs.MachineFacts(**{**FACTS.__dict__, "failure_domain": "fd-z"})
+    with pytest.raises(errors.InvalidSpec, match="fd-z is not declared"):
+        specs.vm_spec(vm_machine(), cluster(), facts, V4)
+    conflicting = vm_machine(
+        vm={
+            "vcpus": 1,
+            "memoryMiB": 512,
+            "disks": [{"sizeGiB": 1, "image": "i"}],
+            "hypervisorSelector": {"matchLabels": {"rack": "r2"}},
+        }
+    )
+    with pytest.raises(errors.InvalidSpec, match="rack is required to be both r1 and r2"):
+        specs.vm_spec(conflicting, cluster(), FACTS, V4)
+
+
+def test_netbox_vm_record_only_when_the_cluster_names_a_netbox_cluster_or_site() -> None:
+    record = specs.netbox_vm_spec(vm_machine(), cluster(), FACTS, V4)
+    assert record is not None
+    assert record["cluster"] == "k8s-vms"
+    assert record["tenant"] == "team-a"
+    assert record["diskGiB"] == 15
+    assert record["interfaces"][0]["addresses"] == ["192.0.2.21/24"]
+    no_place = cluster(netbox={"connectionSecretRef": {"name": "netbox"}})
+    assert specs.netbox_vm_spec(vm_machine(), no_place, FACTS, V4) is None
+
+
+def test_device_selector_is_narrowed_by_the_failure_domain() -> None:
+    facts = specs.MachineFacts(**{**FACTS.__dict__, "failure_domain": "fd-a"})
+    spec = specs.device_spec(metal_machine(), cluster(), facts)
+    assert spec["selector"] == {"role": "worker", "tags": ["fast", "k8s"], "site": "dc-a"}
+    assert spec["claim"]["tenant"] == "team-a"
+    clash = metal_machine(
+        baremetal={
+            "deviceSelector": {"site": "dc-b"},
+            "osProfile": {"kernelURL": "http://b/k", "initrdURL": "http://b/i"},
+        }
+    )
+    with pytest.raises(errors.InvalidSpec, match="site is dc-b on the machine"):
+        specs.device_spec(clash, cluster(), facts)
+    with pytest.raises(errors.InvalidSpec, match=r"set spec\.netbox"):
+        specs.device_spec(metal_machine(), cluster(netbox=None), FACTS)
+
+
+def test_instance_spec_from_the_claimed_device() -> None:
+    spec = specs.instance_spec(metal_machine(), cluster(), FACTS, DEVICE, {"eno1": V4["eth0"]})
+    assert spec["bmc"] == {
+        "address": "redfish+https://10.9.0.42/redfish/v1/Systems/SN42",
+        "credentialsSecretRef": {"name": "bmc"},
+    }
+    assert spec["bootMACAddress"] == "aa:00:00:00:00:02"
+    assert spec["providerID"] == "capfleet://metal/42"
+    assert spec["networkData"] == {
+        "version": 2,
+        "ethernets": {
+            "eno1": {
+                "match": {"macaddress": "aa:00:00:00:00:02"},
+                "set-name": "eno1",
+                "addresses": ["192.0.2.21/24"],
+                "routes": [{"to": "default", "via": "192.0.2.1"}],
+                "nameservers": {"addresses": ["192.0.2.53"]},
+            }
+        },
+    }
+    assert spec["cleaning"] == "disabled"
+
+
+def test_server_problems_are_named() -> None:
+    no_bmc = DEVICE.model_copy(update={"bmc_address": None})
+    with pytest.raises(errors.InvalidSpec, match="no BMC address"):
+        specs.instance_spec(metal_machine(), cluster(), FACTS, no_bmc, {})
+    named = metal_machine(
+        baremetal={
+            "bootInterface": "eno9",
+            "osProfile": {"kernelURL": "http://b/k", "initrdURL": "http://b/i"},
+        }
+    )
+    with pytest.raises(errors.InvalidSpec, match="no interface eno9 with a MAC"):
+        specs.instance_spec(named, cluster(), FACTS, DEVICE, {})
+    with pytest.raises(errors.InvalidSpec, match="bmcCredentialsSecretRef"):
+        specs.instance_spec(metal_machine(), cluster(baremetal=None), FACTS, DEVICE, {})

@@ -15,6 +15,7 @@ from baremetal_provision.backends import bmc
 from capfleet import resources
 from capfleet.api import kinds
 from capfleet.kube import Kube
+from capfleet_e2e.baremetal.ipmi import VirtualBmc
 from capfleet_e2e.baremetal.lab import PxeLab
 from capfleet_e2e.baremetal.servers import BareMetalServer
 from capfleet_e2e.libvirt.image import TestImage
@@ -50,13 +51,21 @@ def boot_files(image: TestImage, directory: Path) -> Path:
 
 
 async def create_secrets(
-    kube: Kube, namespace: str, server: BareMetalServer, password: str | None = None
+    kube: Kube,
+    namespace: str,
+    server: BareMetalServer,
+    password: str | None = None,
+    ipmi: VirtualBmc | None = None,
 ) -> None:
-    credentials = {
-        "username": b64(server.username),
-        "password": b64(password or server.password),
-        "caBundle": b64(server.ca_cert.read_text()),
-    }
+    """The BMC credentials Secret (the Redfish emulator's, or `ipmi`'s) and the bootstrap data Secret."""
+    if ipmi is not None:
+        credentials = {"username": b64(ipmi.username), "password": b64(password or ipmi.password)}
+    else:
+        credentials = {
+            "username": b64(server.username),
+            "password": b64(password or server.password),
+            "caBundle": b64(server.ca_cert.read_text()),
+        }
     for name, data in (
         (f"{server.name}-bmc", credentials),
         (f"{server.name}-bootstrap", {"value": b64(USER_DATA)}),
@@ -93,10 +102,20 @@ def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
     return next((c for c in found if c["type"] == type_), None)
 
 
-async def facts(server: BareMetalServer) -> bmc.SystemFacts:
-    """What the server's BMC reports now."""
-    credentials = bmc.Credentials(server.username, server.password, server.ca_cert.read_text())
-    target = bmc.connect(server.bmc_address, credentials, verify=True)
+def ipmi_spec(vbmc: VirtualBmc, server: BareMetalServer) -> dict[str, Any]:
+    """`spec.bmc` for a server behind virtualbmc."""
+    return {"address": vbmc.address, "credentialsSecretRef": {"name": f"{server.name}-bmc"}}
+
+
+async def facts(server: BareMetalServer, ipmi: VirtualBmc | None = None) -> bmc.SystemFacts:
+    """What the server's BMC (its Redfish emulator, or `ipmi`) reports now."""
+    if ipmi is not None:
+        target = bmc.connect(
+            ipmi.address, bmc.Credentials(ipmi.username, ipmi.password), verify=True, ipmi_cipher_suite=3
+        )
+    else:
+        credentials = bmc.Credentials(server.username, server.password, server.ca_cert.read_text())
+        target = bmc.connect(server.bmc_address, credentials, verify=True)
     try:
         return await target.facts()
     finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 from baremetal_provision import booting, markers
 
@@ -57,3 +58,42 @@ def test_token_depends_on_secret_and_name_but_not_uid() -> None:
     assert markers.token_of(meta) != markers.token("s" * 64, "ns", "bm2")
     assert len(markers.token_of(meta) or "") >= 40
     assert markers.token_of({"name": "bm1", "namespace": "ns"}) is None
+
+
+def test_cleaning_script_calls_back_to_the_cleaning_url_and_has_no_seed() -> None:
+    script = booting.cleaning_script(OS, "http://b:1", "tok")
+    assert script.splitlines() == [
+        "#!ipxe",
+        "kernel http://h/k console=ttyS0 capfleet.mode=cleaning capfleet.cleaning=metadata"
+        " capfleet.callback=http://b:1/cleaned/tok",
+        "initrd http://h/i",
+        "boot",
+    ]
+
+
+def test_the_cleaning_profile_is_its_own_or_the_installers() -> None:
+    cleaner = {"kernelURL": "http://h/ck", "initrdURL": "http://h/ci"}
+    assert booting.cleaning_profile({"os": OS, "cleaningOs": cleaner}) == cleaner
+    assert booting.cleaning_profile({"os": OS}) == OS
+
+
+def test_cleaning_is_for_metadata_cleaning_of_deleted_instances_not_moved() -> None:
+    deleted = {"name": "bm", "deletionTimestamp": "2026-01-01T00:00:00Z"}
+    assert markers.cleaning_pending(deleted, {"cleaning": "metadata"})
+    assert not markers.cleaning_pending(deleted, {"cleaning": "disabled"})
+    assert not markers.cleaning_pending({"name": "bm"}, {"cleaning": "metadata"})
+    moved = {**deleted, "annotations": {markers.DELETE_FOR_MOVE: ""}}
+    assert not markers.cleans(moved, {"cleaning": "metadata"})
+    done = {**deleted, "annotations": {markers.CLEANED: "2026-01-01T00:00:01Z"}}
+    assert not markers.cleaning_pending(done, {"cleaning": "metadata"})
+
+
+def test_token_secrets_are_redacted_from_log_lines() -> None:
+    secret = "ab" * 32
+    line = f"Updating diff: {{'annotations': {{'{markers.TOKEN_SECRET}': '{secret}'}}}}"
+    assert secret not in markers.redacted(line)
+    assert "<redacted>" in markers.redacted(line)
+    assert markers.redacted(f"uid {secret}") == f"uid {secret}", "only lines about the annotation"
+    record = logging.LogRecord("kopf.objects", logging.DEBUG, __file__, 1, "body: %s", (line,), None)
+    assert markers.RedactTokenSecrets().filter(record)
+    assert secret not in record.getMessage()

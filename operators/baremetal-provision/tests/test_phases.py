@@ -51,3 +51,100 @@ def test_remaining_time() -> None:
     assert phases.remaining(marks(), timeout_seconds=60, now=NOW) is None
     assert phases.remaining(marks(timedelta(seconds=10)), timeout_seconds=60, now=NOW) == 50
     assert phases.remaining(marks(timedelta(seconds=10), back=True), timeout_seconds=60, now=NOW) is None
+
+
+ON_DISK = SystemFacts("On", "disk", "Continuous")
+OFF_DISK_ONCE = SystemFacts("Off", "disk", "Once")
+
+
+@pytest.mark.parametrize(
+    ("facts", "online", "disk_requested", "expected"),
+    [
+        (ON_DISK, True, False, phases.Decision("Provisioned", "done")),
+        (OFF_DISK, True, False, phases.Decision("Provisioned", "power_on")),
+        (ON_DISK, False, False, phases.Decision("Provisioned", "shut_down")),
+        (OFF_DISK, False, False, phases.Decision("Provisioned", "done")),
+        (SystemFacts("Unknown", "disk", "Continuous"), False, False, phases.Decision("Provisioned", "done")),
+        # A BMC that never reports a persistent override: asked once per pass, then accepted.
+        (OFF_DISK_ONCE, False, False, phases.Decision("Provisioned", "boot_from_disk")),
+        (OFF_DISK_ONCE, False, True, phases.Decision("Provisioned", "done")),
+        (OFF_DISK_ONCE, True, True, phases.Decision("Provisioned", "power_on")),
+        # ... or that applies a boot device only at the next cold start (virtualbmc).
+        (SystemFacts("On", "pxe", "Continuous"), True, True, phases.Decision("Provisioned", "done")),
+        (
+            SystemFacts("On", "pxe", "Continuous"),
+            True,
+            False,
+            phases.Decision("Provisioned", "boot_from_disk"),
+        ),
+    ],
+)
+def test_provisioned_power_follows_online(
+    facts: SystemFacts, online: bool, disk_requested: bool, expected: phases.Decision
+) -> None:
+    decision = phases.decide(
+        facts, marks(back=True), timeout_seconds=60, now=NOW, online=online, disk_requested=disk_requested
+    )
+    assert decision == expected
+
+
+def cleaning(booted: timedelta | None = None, cleaned: bool = False) -> phases.Marks:
+    return phases.Marks(None, True, True, NOW - booted if booted is not None else None, cleaned)
+
+
+@pytest.mark.parametrize(
+    ("facts", "given", "clean", "expected"),
+    [
+        (ON_DISK, cleaning(), True, phases.Decision("Cleaning", "power_off")),
+        (OFF_DISK, cleaning(), True, phases.Decision("Cleaning", "network_boot")),
+        (ON_PXE, cleaning(timedelta(seconds=10)), True, phases.Decision("Cleaning", "wait")),
+        (
+            ON_PXE,
+            cleaning(timedelta(seconds=10), cleaned=True),
+            True,
+            phases.Decision("Deprovisioning", "shut_down"),
+        ),
+        (
+            OFF_DISK,
+            cleaning(timedelta(seconds=10), cleaned=True),
+            True,
+            phases.Decision("Deprovisioning", "done"),
+        ),
+        (
+            SystemFacts("Off", "pxe", "Continuous"),
+            cleaning(timedelta(seconds=10), cleaned=True),
+            True,
+            phases.Decision("Deprovisioning", "boot_from_disk"),
+        ),
+        # The cleaner never called back: deprovisioning goes on without it.
+        (ON_PXE, cleaning(timedelta(seconds=100)), True, phases.Decision("Deprovisioning", "shut_down")),
+        # cleaning: disabled (or a clusterctl move) skips it.
+        (ON_DISK, cleaning(), False, phases.Decision("Deprovisioning", "shut_down")),
+        (OFF_DISK, cleaning(), False, phases.Decision("Deprovisioning", "done")),
+    ],
+)
+def test_decide_deprovision(
+    facts: SystemFacts, given: phases.Marks, clean: bool, expected: phases.Decision
+) -> None:
+    assert phases.decide_deprovision(facts, given, clean=clean, timeout_seconds=60, now=NOW) == expected
+
+
+def test_cleaning_expires_only_after_the_cleaner_was_booted() -> None:
+    assert not phases.cleaning_expired(cleaning(), timeout_seconds=60, now=NOW)
+    assert not phases.cleaning_expired(cleaning(timedelta(seconds=10)), timeout_seconds=60, now=NOW)
+    assert phases.cleaning_expired(cleaning(timedelta(seconds=60)), timeout_seconds=60, now=NOW)
+    assert not phases.cleaning_expired(cleaning(timedelta(seconds=60), True), timeout_seconds=60, now=NOW)
+
+
+def test_marks_are_read_from_annotations() -> None:
+    meta = {
+        "name": "bm",
+        "annotations": {
+            markers.CLEANING_BOOTED: "2025-12-31T23:59:30Z",
+            markers.CLEANED: "2026-01-01T00:00:00Z",
+        },
+    }
+    found = phases.Marks.of(meta)
+    assert found.cleaning_booted_at == NOW - timedelta(seconds=30)
+    assert found.cleaned
+    assert not found.called_back

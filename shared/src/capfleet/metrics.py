@@ -30,6 +30,12 @@ BACKEND_CALL_DURATION = prometheus_client.Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
 )
 OBJECTS = prometheus_client.Gauge("capfleet_objects", "Objects by kind and phase.", ["kind", "phase"])
+PROVISIONING_DURATION = prometheus_client.Histogram(
+    "capfleet_provisioning_duration_seconds",
+    "Time from a machine's (network) boot to its installer reporting it provisioned.",
+    ["kind"],
+    buckets=(5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1200, 1800, 3600),
+)
 
 
 def serve(address: str, port: int) -> None:
@@ -40,6 +46,10 @@ def serve(address: str, port: int) -> None:
 def record_reconcile(kind: str, result: str, seconds: float) -> None:
     RECONCILES.labels(kind=kind, result=result).inc()
     RECONCILE_DURATION.labels(kind=kind).observe(seconds)
+
+
+def record_provisioning(kind: str, seconds: float) -> None:
+    PROVISIONING_DURATION.labels(kind=kind).observe(seconds)
 
 
 @contextmanager

@@ -46,6 +46,29 @@ def install_script(os_profile: Mapping[str, Any], boot_url: str, token: str) -> 
     return f"#!ipxe\nkernel {os_profile['kernelURL']} {args}\ninitrd {os_profile['initrdURL']}\nboot\n"
 
 
+def cleaning_args(boot_url: str, token: str, extra: Sequence[str]) -> list[str]:
+    base = base_url(boot_url)
+    return [
+        *extra,
+        "capfleet.mode=cleaning",
+        "capfleet.cleaning=metadata",
+        f"capfleet.callback={base}/cleaned/{token}",
+    ]
+
+
+def cleaning_profile(spec: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`spec.cleaningOs`, or the installer profile `spec.os` (told by `capfleet.mode=cleaning`)."""
+    profile: Mapping[str, Any] = spec.get("cleaningOs") or spec["os"]
+    return profile
+
+
+def cleaning_script(os_profile: Mapping[str, Any], boot_url: str, token: str) -> str:
+    """The per-MAC script while a deleted instance is cleaned: the cleaning profile, which wipes the disk
+    metadata and calls back to the cleaning callback; no seed."""
+    args = " ".join(cleaning_args(boot_url, token, os_profile.get("kernelArgs") or []))
+    return f"#!ipxe\nkernel {os_profile['kernelURL']} {args}\ninitrd {os_profile['initrdURL']}\nboot\n"
+
+
 def provider_id(namespace: str, name: str, spec: Mapping[str, Any]) -> str:
     return str(spec.get("providerID") or f"capfleet://metal/{namespace}/{name}")
 

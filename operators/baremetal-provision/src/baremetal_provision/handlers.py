@@ -3,18 +3,21 @@ elsewhere.
 
 BaremetalInstances are provisioned (provisioning.reconcile) on every change, including the marks the
 HTTP server (serving) writes when a guest fetches its seed or calls back; a timer checks the deadline of
-instances waiting for their installer; deletion powers the server off. Two indexes find an instance by
-its boot MAC and by its token for the HTTP server, which starts with the operator.
+instances waiting for their installer (and rebuilds a lost status), a slower one resyncs provisioned
+instances with their BMC (power state, `spec.online`); deletion cleans (if asked) and powers the server
+off. Two indexes find an instance by its boot MAC and by its token for the HTTP server, which starts
+with the operator.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
 import kopf
 
-from baremetal_provision import booting, provisioning, serving
+from baremetal_provision import booting, markers, provisioning, serving
 from baremetal_provision.settings import Settings
 from capfleet import runtime
 from capfleet.api import kinds
@@ -24,6 +27,7 @@ IDENTITY = runtime.Identity("baremetal-provision")
 
 INSTANCES = (kinds.BAREMETAL_GROUP, kinds.VERSION, "baremetalinstances")
 DEADLINE_CHECK_SECONDS = 5.0
+RESYNC_SECONDS = 60.0
 
 
 @kopf.index(*INSTANCES)
@@ -40,6 +44,8 @@ def instances_by_token(body: kopf.Body, **_: Any) -> dict[str, serving.Served]:
 
 @kopf.on.startup()
 async def start_boot_server(memo: kopf.Memo, **kwargs: Any) -> None:
+    # kopf logs whole objects at debug level: the token secret annotation must not show.
+    markers.redact_logs(logging.getLogger())
     # In the operator-wide memo at startup: kopf gives each object a shallow copy of it.
     settings = Settings.from_environ(os.environ)
     memo["settings"] = settings
@@ -75,6 +81,13 @@ async def provision(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
 @runtime.reconciler("BaremetalInstance")
 async def expire(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     if provisioning.needs_attention(body):
+        await provisioning.reconcile(context(memo), body)
+
+
+@kopf.timer(*INSTANCES, interval=RESYNC_SECONDS, idle=RESYNC_SECONDS)
+@runtime.reconciler("BaremetalInstance")
+async def resync(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    if provisioning.needs_resync(body):
         await provisioning.reconcile(context(memo), body)
 
 

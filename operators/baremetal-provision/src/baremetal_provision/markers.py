@@ -2,8 +2,9 @@
 
 clusterctl move drops status and changes UIDs, and an operator restart forgets everything in memory, so
 what provisioning did (the power cycle that network-booted the server, the seed the guest fetched, the
-installer's callback) and the per-instance token secret live in annotations. The reconcile reads them to
-know where it was, the HTTP server writes the guest's marks, and the token is derived from them here.
+installer's callback, and on deletion the cleaner's boot and callback) and the per-instance token secret
+live in annotations. The reconcile reads them to know where it was, the HTTP server writes the guest's
+marks, and the token is derived from them here.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import logging
+import re
 import secrets
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -23,6 +26,8 @@ TOKEN_SECRET = PREFIX + "token-secret"
 NETWORK_BOOTED = PREFIX + "network-booted-at"
 SEED_FETCHED = PREFIX + "seed-fetched-at"
 CALLED_BACK = PREFIX + "installer-called-back-at"
+CLEANING_BOOTED = PREFIX + "cleaning-booted-at"
+CLEANED = PREFIX + "cleaner-called-back-at"
 DELETE_FOR_MOVE = "clusterctl.cluster.x-k8s.io/delete-for-move"
 
 
@@ -63,3 +68,43 @@ def token_of(meta: Mapping[str, Any]) -> str | None:
 
 def for_move(meta: Mapping[str, Any]) -> bool:
     return DELETE_FOR_MOVE in annotations_of(meta)
+
+
+def cleans(meta: Mapping[str, Any], spec: Mapping[str, Any]) -> bool:
+    """Whether deleting this instance network-boots the cleaner (`cleaning: metadata`), which a
+    clusterctl move never does."""
+    return spec.get("cleaning") == "metadata" and not for_move(meta)
+
+
+def cleaning_pending(meta: Mapping[str, Any], spec: Mapping[str, Any]) -> bool:
+    """Deleted, to be cleaned, and the cleaner has not called back yet: its scripts are served."""
+    return bool(meta.get("deletionTimestamp")) and cleans(meta, spec) and CLEANED not in annotations_of(meta)
+
+
+_TOKEN_SECRET_VALUE = re.compile(r"\b[0-9a-f]{64}\b")
+
+
+def redacted(message: str) -> str:
+    """`message` without token secrets (64 hex digits) when it mentions the token-secret annotation, as
+    kopf's debug logs of whole objects and diffs do."""
+    if "token-secret" not in message:
+        return message
+    return _TOKEN_SECRET_VALUE.sub("<redacted>", message)
+
+
+class RedactTokenSecrets(logging.Filter):
+    """A log handler filter that keeps the per-instance token secrets out of every log line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        clean = redacted(message)
+        if clean != message:
+            record.msg, record.args = clean, None
+        return True
+
+
+def redact_logs(logger: logging.Logger) -> None:
+    """Install `RedactTokenSecrets` on every handler of `logger` (the root logger, where kopf logs)."""
+    for handler in logger.handlers:
+        if not any(isinstance(f, RedactTokenSecrets) for f in handler.filters):
+            handler.addFilter(RedactTokenSecrets())

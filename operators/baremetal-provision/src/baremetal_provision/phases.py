@@ -15,8 +15,12 @@ from typing import Any, Literal
 from baremetal_provision import markers
 from baremetal_provision.backends.bmc import SystemFacts
 
-Phase = Literal["PoweringOff", "NetworkBooting", "Installing", "Provisioned", "Failed"]
-Action = Literal["power_off", "network_boot", "boot_from_disk", "expire", "wait", "done"]
+Phase = Literal[
+    "PoweringOff", "NetworkBooting", "Installing", "Provisioned", "Failed", "Cleaning", "Deprovisioning"
+]
+Action = Literal[
+    "power_off", "network_boot", "boot_from_disk", "power_on", "shut_down", "expire", "wait", "done"
+]
 
 
 @dataclass(frozen=True)
@@ -26,6 +30,8 @@ class Marks:
     network_booted_at: datetime | None
     seed_fetched: bool
     called_back: bool
+    cleaning_booted_at: datetime | None = None
+    cleaned: bool = False
 
     @classmethod
     def of(cls, meta: Mapping[str, Any]) -> Marks:
@@ -34,6 +40,8 @@ class Marks:
             network_booted_at=markers.parse_time(found.get(markers.NETWORK_BOOTED)),
             seed_fetched=bool(found.get(markers.SEED_FETCHED)),
             called_back=bool(found.get(markers.CALLED_BACK)),
+            cleaning_booted_at=markers.parse_time(found.get(markers.CLEANING_BOOTED)),
+            cleaned=bool(found.get(markers.CLEANED)),
         )
 
     def deadline(self, timeout_seconds: int) -> datetime | None:
@@ -48,11 +56,30 @@ class Decision:
     action: Action
 
 
-def decide(facts: SystemFacts, marks: Marks, *, timeout_seconds: int, now: datetime) -> Decision:
-    """The phase the instance is in and the one action that moves it on."""
+def decide(
+    facts: SystemFacts,
+    marks: Marks,
+    *,
+    timeout_seconds: int,
+    now: datetime,
+    online: bool = True,
+    disk_requested: bool = False,
+) -> Decision:
+    """The phase the instance is in and the one action that moves it on.
+
+    Once provisioned, the boot device is put back on disk (a "Once" override may stick on real BMCs, so
+    it is made persistent) and the power follows `online`. `disk_requested` says the persistent disk
+    boot was already requested in this pass and is taken as done: some BMCs report the new device only
+    after the next cold start (virtualbmc) or never report an override as persistent, so asking again
+    would loop. The next pass (the next reconcile) checks again.
+    """
     if marks.called_back:
-        if facts.boot_device != "disk" or facts.boot_override == "Once":
-            return Decision("Provisioned", "boot_from_disk")  # a "Once" override may stick
+        if not disk_requested and (facts.boot_device != "disk" or facts.boot_override == "Once"):
+            return Decision("Provisioned", "boot_from_disk")
+        if online and facts.power_state == "Off":
+            return Decision("Provisioned", "power_on")
+        if not online and facts.power_state == "On":
+            return Decision("Provisioned", "shut_down")
         return Decision("Provisioned", "done")
     deadline = marks.deadline(timeout_seconds)
     if deadline is None:
@@ -72,3 +99,35 @@ def remaining(marks: Marks, *, timeout_seconds: int, now: datetime) -> float | N
     if deadline is None or marks.called_back:
         return None
     return (deadline - now).total_seconds()
+
+
+def cleaning_expired(marks: Marks, *, timeout_seconds: int, now: datetime) -> bool:
+    """The cleaner was network-booted and did not call back within `timeout_seconds`."""
+    if marks.cleaning_booted_at is None or marks.cleaned:
+        return False
+    return now >= marks.cleaning_booted_at + timedelta(seconds=timeout_seconds)
+
+
+def decide_deprovision(
+    facts: SystemFacts,
+    marks: Marks,
+    *,
+    clean: bool,
+    timeout_seconds: int,
+    now: datetime,
+    disk_requested: bool = False,
+) -> Decision:
+    """The one action that moves a deleted instance on: network-boot the cleaner and wait for its
+    callback (when `clean`, until `timeout_seconds` pass), then power off and put the boot device back
+    on disk. The cleaning power cycle is marked like the installer's, so a restart never repeats it."""
+    if clean and not marks.cleaned and not cleaning_expired(marks, timeout_seconds=timeout_seconds, now=now):
+        if marks.cleaning_booted_at is not None:
+            return Decision("Cleaning", "wait")
+        if facts.power_state != "Off":
+            return Decision("Cleaning", "power_off")
+        return Decision("Cleaning", "network_boot")
+    if facts.power_state != "Off":
+        return Decision("Deprovisioning", "shut_down")
+    if facts.boot_device != "disk" and not disk_requested:
+        return Decision("Deprovisioning", "boot_from_disk")
+    return Decision("Deprovisioning", "done")

@@ -129,10 +129,19 @@ async def _drive(
     reporter: reporting.Reporter,
 ) -> None:
     timeout = int(spec.get("provisioningTimeoutSeconds", 1800))
+    online = bool(spec.get("online", True))
     marks = phases.Marks.of(meta)
+    disk_requested = False
     for _ in range(MAX_STEPS):
         facts = await target.facts()
-        decision = phases.decide(facts, marks, timeout_seconds=timeout, now=datetime.now(UTC))
+        decision = phases.decide(
+            facts,
+            marks,
+            timeout_seconds=timeout,
+            now=datetime.now(UTC),
+            online=online,
+            disk_requested=disk_requested,
+        )
         if decision.action not in FINISHING:  # their phase is reported once they are done
             await reporter.phase(decision.phase, facts.power_state, timeout)
         if decision.action == "power_off":
@@ -146,6 +155,12 @@ async def _drive(
             marks = replace(marks, network_booted_at=markers.parse_time(stamp))
         elif decision.action == "boot_from_disk":
             await target.set_boot_device("disk", once=False)
+            disk_requested = True
+        elif decision.action == "power_on":
+            await target.power_on()
+            await wait_for_power(target, "On", ctx.settings.power_wait_seconds)
+        elif decision.action == "shut_down":
+            await shut_down(ctx, target)
         elif decision.action == "expire":
             await target.power_off(force=True)
             await target.set_boot_device("disk", once=False)
@@ -155,6 +170,14 @@ async def _drive(
     raise errors.Waiting("the BMC has not reached the requested state yet", reason="BMCSettling")
 
 
+async def shut_down(ctx: Context, target: bmc.BMC) -> None:
+    """Graceful shutdown; the power is cut when the OS ignores it for `shutdown_seconds`."""
+    await target.power_off(force=False)
+    if not await wait_for_power(target, "Off", ctx.settings.shutdown_seconds):
+        await target.power_off(force=True)
+        await wait_for_power(target, "Off", ctx.settings.power_wait_seconds)
+
+
 def needs_attention(body: Mapping[str, Any]) -> bool:
     """The timer's cheap check (no API or BMC call): a waiting instance ran out of time, or its
     installer's callback has not been acted on yet."""
@@ -162,6 +185,8 @@ def needs_attention(body: Mapping[str, Any]) -> bool:
     if status.get("phase") in {"Failed", "Provisioned"}:
         return False
     marks = phases.Marks.of(body["metadata"])
+    if not status.get("phase") and marks.network_booted_at is not None:
+        return True  # status is a cache: lost (or not written yet), it is rebuilt from the marks and BMC
     if marks.called_back:
         return True
     timeout = int(spec.get("provisioningTimeoutSeconds", 1800))
@@ -169,27 +194,77 @@ def needs_attention(body: Mapping[str, Any]) -> bool:
     return left is not None and left <= 0
 
 
+def needs_resync(body: Mapping[str, Any]) -> bool:
+    """A provisioned instance is checked against its BMC now and then: the power state in status follows
+    the BMC, and `spec.online` is enforced when someone powered the server on or off behind our back."""
+    return (body.get("status") or {}).get("phase") == "Provisioned"
+
+
+class CleaningInProgress(errors.Waiting):
+    """The cleaner runs; its callback (an annotation) wakes the deletion handler before this delay."""
+
+    retry_base = 5.0
+    retry_cap = 15.0
+
+
 async def deprovision(ctx: Context, body: Mapping[str, Any]) -> None:
-    """Power the server off (gracefully, then forced) and put its boot device back on disk."""
-    meta = body["metadata"]
+    """Clean the server if asked (network-boot the cleaner, wait for its callback), power it off
+    (gracefully, then forced) and put its boot device back on disk. Raises to be called again while
+    the cleaner runs."""
+    meta, spec = body["metadata"], body.get("spec") or {}
     if markers.for_move(meta):
         return
     if pausing.annotated(meta):
         raise errors.Waiting("paused: the server is powered off once the object is unpaused", reason="Paused")
+    reporter = reporting.Reporter(ctx.kube, ctx.recorder, body)
     async with ctx.lock(meta):
         try:
             target = await open_bmc(ctx, body)
         except errors.InvalidSpec:
             return  # nothing can be reached with this spec; nothing to undo
         try:
-            facts = await target.facts()
-            if facts.power_state != "Off":
-                await target.power_off(force=False)
-                if not await wait_for_power(target, "Off", ctx.settings.shutdown_seconds):
-                    await target.power_off(force=True)
-                    await wait_for_power(target, "Off", ctx.settings.power_wait_seconds)
-            if facts.boot_device == "pxe":
-                await target.set_boot_device("disk", once=False)
+            await _undo(ctx, target, meta, spec, reporter)
         finally:
             await target.close()
     ctx.locks.pop(f"{meta.get('namespace')}/{meta['name']}", None)
+
+
+async def _undo(
+    ctx: Context,
+    target: bmc.BMC,
+    meta: Mapping[str, Any],
+    spec: Mapping[str, Any],
+    reporter: reporting.Reporter,
+) -> None:
+    timeout = int(spec.get("provisioningTimeoutSeconds", 1800))
+    marks = phases.Marks.of(meta)
+    clean = markers.cleans(meta, spec)
+    if clean and phases.cleaning_expired(marks, timeout_seconds=timeout, now=datetime.now(UTC)):
+        await reporter.cleaning_timed_out(timeout)
+    disk_requested = False
+    for _ in range(MAX_STEPS):
+        facts = await target.facts()
+        now = datetime.now(UTC)
+        decision = phases.decide_deprovision(
+            facts, marks, clean=clean, timeout_seconds=timeout, now=now, disk_requested=disk_requested
+        )
+        await reporter.phase(decision.phase, facts.power_state, timeout)
+        if decision.action == "power_off":
+            await target.power_off(force=True)
+            await wait_for_power(target, "Off", ctx.settings.power_wait_seconds)
+        elif decision.action == "network_boot":
+            await target.set_boot_device("pxe", once=True)
+            await target.power_on()
+            stamp = markers.now()
+            await _mark(ctx, meta, markers.CLEANING_BOOTED, stamp)
+            marks = replace(marks, cleaning_booted_at=markers.parse_time(stamp))
+        elif decision.action == "wait":
+            raise CleaningInProgress("waiting for the cleaner to call back", reason="Cleaning")
+        elif decision.action == "shut_down":
+            await shut_down(ctx, target)
+        elif decision.action == "boot_from_disk":
+            await target.set_boot_device("disk", once=False)
+            disk_requested = True
+        else:
+            return
+    raise errors.Waiting("the BMC has not reached the requested state yet", reason="BMCSettling")

@@ -1,8 +1,9 @@
 """A BaremetalInstance's status (phase, power state, conditions) and the Events on its transitions.
 
 Conditions: `BMCReachable` (the BMC answered with these credentials), `Provisioned` (its reason is the
-phase while provisioning runs, `ProvisioningTimedOut` when it failed) and `Ready` summarising both, plus
-CAPI's `Paused`. Only the keys that change are written, so an idle instance makes no API writes.
+phase while provisioning, cleaning or deprovisioning runs, `ProvisioningTimedOut` when it failed) and
+`Ready` summarising both, plus CAPI's `Paused`. Only the keys that change are written, so an idle
+instance makes no API writes.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ MESSAGES: dict[Phase, str] = {
     "Installing": "the installer fetched its seed; waiting for its callback",
     "Provisioned": "the installer called back; the boot device is back on disk",
     "Failed": "the installer did not call back in time; the server was powered off",
+    "Cleaning": "deleting: the cleaner was network-booted; waiting for its callback",
+    "Deprovisioning": "deleting: powering the server off and putting its boot device back on disk",
 }
 
 
@@ -79,6 +82,10 @@ class Reporter:
         await self._write(desired(self._current(), fields, *updates))
         kind: events.EventType = "Warning" if phase == "Failed" else "Normal"
         await self._recorder.transition(self._body, kind, phase, phase_update(phase, timeout_seconds).message)
+
+    async def cleaning_timed_out(self, timeout_seconds: int) -> None:
+        message = f"the cleaner did not call back within {timeout_seconds}s; deprovisioning without it"
+        await self._recorder.transition(self._body, "Warning", "CleaningTimedOut", message)
 
     async def failed(self, exc: errors.CapfleetError) -> None:
         """Record an error: BMCReachable=False for BMC errors, else Ready=False with its reason."""

@@ -2,8 +2,8 @@
 
 Started at operator startup (aiohttp). Instances are found by MAC and by token through kopf indexes
 (`Served` entries, kept current by kopf's watch), so a request never lists the API. The guest's progress
-(seed fetched, installer called back) is written as annotations on the instance, which triggers its
-reconcile: the HTTP server records, the reconcile decides.
+(seed fetched, installer called back; on deletion, the cleaner called back) is written as annotations on
+the instance, which triggers its reconcile: the HTTP server records, the reconcile decides.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import base64
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import kopf
@@ -19,7 +20,7 @@ from aiohttp import web
 
 from baremetal_provision import booting, markers
 from baremetal_provision.reporting import RESOURCE
-from capfleet import resources, runtime
+from capfleet import metrics, resources, runtime
 from capfleet.kube import KubeError
 
 log = logging.getLogger(__name__)
@@ -36,21 +37,27 @@ class Served:
     spec: Mapping[str, Any]
     seed_fetched: bool
     called_back: bool
+    cleaning: bool = False
+    """Deleted and being cleaned: the cleaning profile is served, and only the cleaning callback."""
+    network_booted_at: str | None = None
 
 
 def served_of(body: Mapping[str, Any]) -> Served | None:
-    meta = body["metadata"]
+    meta, spec = body["metadata"], body.get("spec") or {}
     token = markers.token_of(meta)
-    if token is None or meta.get("deletionTimestamp"):
+    cleaning = markers.cleaning_pending(meta, spec)
+    if token is None or (meta.get("deletionTimestamp") and not cleaning):
         return None
     found = markers.annotations_of(meta)
     return Served(
         namespace=str(meta["namespace"]),
         name=str(meta["name"]),
         token=token,
-        spec=dict(body.get("spec") or {}),
+        spec=dict(spec),
         seed_fetched=bool(found.get(markers.SEED_FETCHED)),
         called_back=bool(found.get(markers.CALLED_BACK)),
+        cleaning=cleaning,
+        network_booted_at=found.get(markers.NETWORK_BOOTED),
     )
 
 
@@ -93,6 +100,10 @@ async def ipxe(request: web.Request) -> web.Response:
     served = lookup.find(lookup.by_mac, mac) if mac else None
     if served is None:
         return text(booting.exit_script("no instance for this MAC"), 404)
+    if served.cleaning:
+        log.info("serving the cleaning script of %s/%s to %s", served.namespace, served.name, mac)
+        profile = booting.cleaning_profile(served.spec)
+        return text(booting.cleaning_script(profile, lookup.base(request, served), served.token))
     if served.called_back:
         return text(booting.exit_script("provisioned; booting from disk"))
     log.info("serving the installer script of %s/%s to %s", served.namespace, served.name, mac)
@@ -103,7 +114,7 @@ async def seed(request: web.Request) -> web.Response:
     lookup = request.app[LOOKUP]
     served = lookup.find(lookup.by_token, request.match_info["token"])
     name = request.match_info["file"]
-    if served is None or name not in SEED_FILES:
+    if served is None or served.cleaning or name not in SEED_FILES:
         raise web.HTTPNotFound()
     if name == "meta-data":
         return text(booting.meta_data(served.namespace, served.name, served.spec))
@@ -129,13 +140,32 @@ async def seed(request: web.Request) -> web.Response:
 async def callback(request: web.Request) -> web.Response:
     lookup = request.app[LOOKUP]
     served = lookup.find(lookup.by_token, request.match_info["token"])
-    if served is None:
+    if served is None or served.cleaning:
         raise web.HTTPNotFound()
     await request.read()  # the installer's report; only its arrival matters
     log.info("installer of %s/%s called back", served.namespace, served.name)
     if not served.called_back:
         await lookup.mark(served, markers.CALLED_BACK)
+        started = markers.parse_time(served.network_booted_at)
+        if started is not None:
+            observe_provisioning(started)
     return web.Response(status=204)
+
+
+async def cleaned(request: web.Request) -> web.Response:
+    lookup = request.app[LOOKUP]
+    served = lookup.find(lookup.by_token, request.match_info["token"])
+    if served is None or not served.cleaning:
+        raise web.HTTPNotFound()
+    await request.read()
+    log.info("cleaner of %s/%s called back", served.namespace, served.name)
+    await lookup.mark(served, markers.CLEANED)
+    return web.Response(status=204)
+
+
+def observe_provisioning(started: datetime) -> None:
+    seconds = (datetime.now(UTC) - started).total_seconds()
+    metrics.record_provisioning("BaremetalInstance", max(seconds, 0.0))
 
 
 def application(lookup: Lookup, files_dir: str | None) -> web.Application:
@@ -146,6 +176,8 @@ def application(lookup: Lookup, files_dir: str | None) -> web.Application:
     app.router.add_get("/seed/{token}/{file}", seed)
     app.router.add_route("POST", "/callback/{token}", callback)
     app.router.add_get("/callback/{token}", callback)
+    app.router.add_route("POST", "/cleaned/{token}", cleaned)
+    app.router.add_get("/cleaned/{token}", cleaned)
     if files_dir:
         app.router.add_static("/files/", files_dir)
     return app

@@ -96,13 +96,23 @@ class BaremetalInstanceSpec(Model):
         pattern=DNS_SUBDOMAIN_PATTERN,
         description="local-hostname in the meta-data.",
     )
-    online: bool = Field(default=True, description="Whether the server should be powered on.")
+    online: bool = Field(
+        default=True,
+        description="Whether the server should be powered on once provisioned (installing powers it on).",
+    )
     cleaning: Literal["metadata", "disabled"] = Field(
         default="disabled",
-        description="On deprovisioning: wipe disk metadata by network-booting the cleaning profile, or not.",
+        description=(
+            "On deletion: network-boot the cleaning profile to wipe disk metadata and wait for its callback"
+            " (at most provisioningTimeoutSeconds), or not. Never for a clusterctl move."
+        ),
     )
     cleaning_os: OSProfile | None = Field(
-        default=None, description="OS profile booted for cleaning; spec.os (in cleaning mode) if unset."
+        default=None,
+        description=(
+            "OS profile booted for cleaning; spec.os (with capfleet.mode=cleaning) if unset. It is given its"
+            " callback URL as capfleet.callback on the kernel command line."
+        ),
     )
     boot_server_url: HTTPURL | None = Field(
         default=None,
@@ -113,7 +123,10 @@ class BaremetalInstanceSpec(Model):
         default=1800,
         ge=60,
         le=86400,
-        description="How long installing may take before the instance fails and the server is powered off.",
+        description=(
+            "How long installing may take before the instance fails and the server is powered off; also how"
+            " long the cleaner is waited for."
+        ),
     )
 
 

@@ -2,7 +2,8 @@
 (IPMI's is in ipmi.py).
 
 The provisioning logic deals only in `BMC` and capfleet's errors; sushy and pyghmi (synchronous) are
-called off the event loop, and `wire_error` is the one place where their exceptions become capfleet
+called off the event loop, each call timed in capfleet's backend-call histogram (backend `redfish` or
+`ipmi`, operation, outcome), and `wire_error` is the one place where their exceptions become capfleet
 errors, so a wrong password reads `AuthenticationFailed` everywhere and never a stack trace. Addresses
 are checked before any BMC is called.
 """
@@ -24,7 +25,7 @@ from sushy import auth as sushy_auth
 from sushy import connector as sushy_connector
 from sushy import exceptions as sushy_errors
 
-from capfleet import errors
+from capfleet import errors, metrics
 
 T = TypeVar("T")
 PowerState = Literal["On", "Off", "Unknown"]
@@ -210,12 +211,13 @@ class RedfishBMC:
             )
         return self._root.get_system(self._address.system_path)
 
-    async def _call(self, work: Callable[[Any], T]) -> T:
+    async def _call(self, operation: str, work: Callable[[Any], T]) -> T:
         def run() -> T:
-            try:
-                return work(self._system())
-            except Exception as exc:  # mapped in one place; the original is chained
-                raise wire_error(exc, self._address) from exc
+            with metrics.backend_call("redfish", operation):
+                try:
+                    return work(self._system())
+                except Exception as exc:  # mapped in one place; the original is chained
+                    raise wire_error(exc, self._address) from exc
 
         return await asyncio.to_thread(run)
 
@@ -230,19 +232,21 @@ class RedfishBMC:
                 serial=system.serial_number,
             )
 
-        return await self._call(read)
+        return await self._call("facts", read)
 
     async def power_on(self) -> None:
-        await self._call(lambda system: system.reset_system(sushy.ResetType.ON))
+        await self._call("power_on", lambda system: system.reset_system(sushy.ResetType.ON))
 
     async def power_off(self, *, force: bool) -> None:
         reset = sushy.ResetType.FORCE_OFF if force else sushy.ResetType.GRACEFUL_SHUTDOWN
-        await self._call(lambda system: system.reset_system(reset))
+        await self._call("power_off", lambda system: system.reset_system(reset))
 
     async def set_boot_device(self, device: Literal["pxe", "disk"], *, once: bool) -> None:
         target = sushy.BootSource.PXE if device == "pxe" else sushy.BootSource.HDD
         enabled = sushy.BootSourceOverrideEnabled.ONCE if once else sushy.BootSourceOverrideEnabled.CONTINUOUS
-        await self._call(lambda system: system.set_system_boot_options(target, enabled=enabled))
+        await self._call(
+            "set_boot_device", lambda system: system.set_system_boot_options(target, enabled=enabled)
+        )
 
     async def close(self) -> None:
         await asyncio.to_thread(self._connector.close)

@@ -1,8 +1,11 @@
 """`BMC` over IPMI 2.0 (RMCP+) with pyghmi: power and the boot device, nothing else.
 
-pyghmi is synchronous and keeps its sessions in process-wide state; every call runs in a worker thread.
+pyghmi is synchronous and keeps its sessions in process-wide tables; every call runs in a worker thread.
 One session per `IpmiBMC` is kept (pyghmi keeps it alive) until `close()`, and dropped after any failure,
-so the next call logs in afresh.
+so the next call logs in afresh. pyghmi files a session being set up under the credentials as given and
+removes it under their UTF-8 encoding, so credentials are passed encoded, and a finished session is also
+removed from that table here: otherwise the next `IpmiBMC` for the same BMC (the next reconcile) is handed
+the stale, logged-out session and fails (TypeError) or waits forever.
 pyghmi proposes cipher suite 17 (SHA-256) and falls back to 3 (SHA-1) only on an error reply; BMCs that
 answer 17 with suite 3 (virtualbmc 3.3) then fail the login. `cipher_suite=3` skips the proposal of 17.
 Failures become capfleet errors in `bmc.wire_error`, like Redfish's.
@@ -20,6 +23,7 @@ from pyghmi.ipmi import command as ipmi_command
 from pyghmi.ipmi.private import session as ipmi_session
 
 from baremetal_provision.backends import bmc
+from capfleet import metrics
 
 T = TypeVar("T")
 CipherSuite = Literal[3, 17]
@@ -52,6 +56,19 @@ class _Command(ipmi_command.Command):  # type: ignore[misc]
         self.ipmi_session = session
 
 
+def _encoded(value: str) -> bytes:
+    return value.encode("utf-8")
+
+
+def _forget(session: Any) -> None:
+    """Remove a finished session from pyghmi's process-wide table of sessions being set up, so that no
+    later `Session(...)` for the same BMC and credentials is handed it instead of a new one."""
+    table = ipmi_session.Session.initting_sessions
+    for key, value in list(table.items()):
+        if value is session:
+            table.pop(key, None)
+
+
 class IpmiBMC:
     """`BMC` for `ipmi://host[:port]`; `cipher_suite=3` for BMCs that cannot negotiate suite 17."""
 
@@ -66,14 +83,17 @@ class IpmiBMC:
 
     def _command(self) -> Any:
         host, port = self._address.host, self._address.port
-        user, password = self._credentials.username, self._credentials.password
+        # As bytes: pyghmi files a session being set up under the credentials as given and removes it
+        # under their encoded form; with str it is never removed, and the next session for this BMC
+        # (the next reconcile) is handed that stale, logged-out object and fails or waits forever.
+        user, password = _encoded(self._credentials.username), _encoded(self._credentials.password)
         if self._cipher_suite == 3:
             return _Command(_Suite3Session(bmc=host, userid=user, password=password, port=port))
         return ipmi_command.Command(bmc=host, userid=user, password=password, port=port, keepalive=False)
 
-    async def _call(self, work: Callable[[Any], T]) -> T:
+    async def _call(self, operation: str, work: Callable[[Any], T]) -> T:
         def run() -> T:
-            with self._lock:
+            with self._lock, metrics.backend_call("ipmi", operation):
                 try:
                     if self._session is None:
                         self._session = self._command()
@@ -89,6 +109,7 @@ class IpmiBMC:
         if session is not None:
             with contextlib.suppress(Exception):  # a session that is not logged out ages out on the BMC
                 session.ipmi_session.logout()
+            _forget(session.ipmi_session)
 
     async def facts(self) -> bmc.SystemFacts:
         def read(command: Any) -> bmc.SystemFacts:
@@ -104,17 +125,17 @@ class IpmiBMC:
                 boot_override=override,
             )
 
-        return await self._call(read)
+        return await self._call("facts", read)
 
     async def power_on(self) -> None:
-        await self._call(lambda command: command.set_power("on"))
+        await self._call("power_on", lambda command: command.set_power("on"))
 
     async def power_off(self, *, force: bool) -> None:
-        await self._call(lambda command: command.set_power("off" if force else "shutdown"))
+        await self._call("power_off", lambda command: command.set_power("off" if force else "shutdown"))
 
     async def set_boot_device(self, device: Literal["pxe", "disk"], *, once: bool) -> None:
         target = "network" if device == "pxe" else "hd"
-        await self._call(lambda command: command.set_bootdev(target, persist=not once))
+        await self._call("set_boot_device", lambda command: command.set_bootdev(target, persist=not once))
 
     async def close(self) -> None:
         def logout() -> None:

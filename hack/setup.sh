@@ -43,4 +43,5 @@ fi
 
 uv sync --frozen --quiet
 bash hack/build-kube.sh
+bash hack/build-capi.sh
 bash hack/build-kustomize.sh

@@ -24,6 +24,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 from types import TracebackType
@@ -36,7 +37,15 @@ from capfleet_e2e.kubeconfig import write_kubeconfig
 from capfleet_e2e.pki import generate_pki, write_private
 from capfleet_e2e.processes import Component, free_port, wait_for
 
-__all__ = ["KUBE_VERSION", "Cluster", "ControlPlane", "ExistingCluster"]
+__all__ = [
+    "KUBE_VERSION",
+    "Cluster",
+    "ControlPlane",
+    "ExistingCluster",
+    "apiserver_argv",
+    "https_ok",
+    "new_log_dir",
+]
 
 START_TIMEOUT = 180.0
 ADMIN_USER = "admin"
@@ -70,7 +79,19 @@ class Cluster(Protocol):
     def stop(self) -> None: ...
 
 
-def _ok(url: str, ca: Path, token: str | None = None) -> bool | None:
+def new_log_dir(name: str) -> Path:
+    """A new directory `name` (or `name`-2, -3, ...) in the artifacts directory for some logs."""
+    for n in range(1, 1000):
+        path = artifacts_dir() / (name if n == 1 else f"{name}-{n}")
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return path
+    raise RuntimeError(f"too many directories named {name} in {artifacts_dir()}")
+
+
+def https_ok(url: str, ca: Path, token: str | None = None) -> bool | None:
     """True if GET `url` answers 200 "ok" (TLS verified with `ca`), else None: a probe for `wait_for`."""
     context = ssl.create_default_context(cafile=str(ca))
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
@@ -95,6 +116,47 @@ def _etcd_supports(flag: str) -> bool:
     return flag in subprocess.run(["etcd", "--help"], capture_output=True, text=True, check=False).stdout
 
 
+def apiserver_argv(
+    binary: Path,
+    *,
+    port: int,
+    etcd_url: str,
+    cert_dir: Path,
+    cert: Path,
+    key: Path,
+    client_ca: Path,
+    sa_pub: Path,
+    sa_key: Path,
+    tokens: Path,
+    etcd_prefix: str | None = None,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """kube-apiserver's command line on 127.0.0.1:`port`, as envtest runs it (plus token authentication)."""
+    argv = [
+        str(binary),
+        f"--etcd-servers={etcd_url}",
+        f"--cert-dir={cert_dir}",
+        f"--tls-cert-file={cert}",
+        f"--tls-private-key-file={key}",
+        f"--secure-port={port}",
+        "--bind-address=127.0.0.1",
+        "--advertise-address=127.0.0.1",
+        "--endpoint-reconciler-type=none",
+        "--service-cluster-ip-range=10.0.0.0/24",
+        f"--service-account-issuer=https://127.0.0.1:{port}",
+        f"--service-account-key-file={sa_pub}",
+        f"--service-account-signing-key-file={sa_key}",
+        "--authorization-mode=Node,RBAC",
+        f"--client-ca-file={client_ca}",
+        "--disable-admission-plugins=ServiceAccount",
+        "--allow-privileged=true",
+        f"--token-auth-file={tokens}",
+    ]
+    if etcd_prefix:
+        argv.append(f"--etcd-prefix={etcd_prefix}")
+    return [*argv, *extra]
+
+
 class ControlPlane:
     """etcd + kube-apiserver + kube-controller-manager on loopback; use as a context manager."""
 
@@ -104,6 +166,7 @@ class ControlPlane:
         self.components: list[Component] = []
         self.startup_seconds = 0.0
         self.installed_crds: list[str] = []
+        self.etcd_url: str | None = None  # set by start(): a second apiserver may share the etcd
         self._tmp = Path(tempfile.mkdtemp(prefix="capfleet-kube-"))
         shm = Path("/dev/shm")
         self._etcd_dir = Path(tempfile.mkdtemp(prefix="capfleet-etcd-", dir=shm if shm.is_dir() else None))
@@ -119,14 +182,7 @@ class ControlPlane:
 
     @staticmethod
     def _new_log_dir() -> Path:
-        for n in range(1, 1000):
-            path = artifacts_dir() / ("controlplane" if n == 1 else f"controlplane-{n}")
-            try:
-                path.mkdir()
-            except FileExistsError:
-                continue
-            return path
-        raise RuntimeError(f"too many control planes in {artifacts_dir()}")
+        return new_log_dir("controlplane")
 
     def __enter__(self) -> Self:
         return self.start()
@@ -142,7 +198,7 @@ class ControlPlane:
         try:
             bin_dir = ensure_kube_binaries(self.version)
             pki = generate_pki(self._tmp / "pki")
-            etcd_url = self._start_etcd()
+            etcd_url = self.etcd_url = self._start_etcd()
             self._start_apiserver(
                 bin_dir, pki.serving_cert, pki.serving_key, pki.sa_public_key, pki.sa_private_key, etcd_url
             )
@@ -192,33 +248,27 @@ class ControlPlane:
             ).encode(),
         )
         policy = write_private(self._tmp / "audit-policy.yaml", AUDIT_POLICY.encode())
-        argv = [
-            str(bin_dir / "kube-apiserver"),
-            f"--etcd-servers={etcd_url}",
-            f"--cert-dir={self._tmp / 'apiserver'}",
-            f"--tls-cert-file={cert}",
-            f"--tls-private-key-file={key}",
-            f"--secure-port={self.port}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
-            "--endpoint-reconciler-type=none",
-            "--service-cluster-ip-range=10.0.0.0/24",
-            f"--service-account-issuer={self.server}",
-            f"--service-account-key-file={sa_pub}",
-            f"--service-account-signing-key-file={sa_key}",
-            "--authorization-mode=Node,RBAC",
-            f"--client-ca-file={self.ca_path}",
-            "--disable-admission-plugins=ServiceAccount",
-            "--allow-privileged=true",
-            f"--token-auth-file={tokens}",
-            f"--audit-policy-file={policy}",
-            f"--audit-log-path={self.audit_log}",
-            "--audit-log-format=json",
-            "--audit-log-mode=blocking",
-            "--audit-log-maxsize=100000",
-        ]
+        argv = apiserver_argv(
+            bin_dir / "kube-apiserver",
+            port=self.port,
+            etcd_url=etcd_url,
+            cert_dir=self._tmp / "apiserver",
+            cert=cert,
+            key=key,
+            client_ca=self.ca_path,
+            sa_pub=sa_pub,
+            sa_key=sa_key,
+            tokens=tokens,
+            extra=(
+                f"--audit-policy-file={policy}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json",
+                "--audit-log-mode=blocking",
+                "--audit-log-maxsize=100000",
+            ),
+        )
         apiserver = self._start("kube-apiserver", argv)
-        ready = partial(_ok, f"{self.server}/readyz", self.ca_path, self.admin_token)
+        ready = partial(https_ok, f"{self.server}/readyz", self.ca_path, self.admin_token)
         wait_for("kube-apiserver /readyz", ready, self.start_timeout, [apiserver])
 
     def _start_controller_manager(self, bin_dir: Path, cert: Path, key: Path) -> None:
@@ -247,7 +297,7 @@ class ControlPlane:
             f"--tls-private-key-file={key}",
         ]
         kcm = self._start("kube-controller-manager", argv)
-        healthy = partial(_ok, f"https://127.0.0.1:{port}/healthz", self.ca_path)
+        healthy = partial(https_ok, f"https://127.0.0.1:{port}/healthz", self.ca_path)
         wait_for("kube-controller-manager /healthz", healthy, self.start_timeout, [kcm])
 
     def check_alive(self) -> None:

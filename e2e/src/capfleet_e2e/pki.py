@@ -2,6 +2,9 @@
 
 Nothing secret is ever committed: the harness creates a CA, the kube-apiserver's serving certificate and
 the service-account signing key pair at start, in a private temporary directory, with 0600 files.
+`CertificateAuthority` is the same CA code for every other test server that needs TLS: Cluster API's
+webhooks (capfleet_e2e.capi) and the stand-in workload API servers with their cluster CA
+(capfleet_e2e.workload).
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,66 +72,114 @@ def _builder(
     )
 
 
-def _make_ca() -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "capfleet-test-ca")])
-    cert = (
-        _builder(name, name, key.public_key())
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    return key, cert
+def _name(common_name: str, organizations: Sequence[str] = ()) -> x509.Name:
+    attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
+    return x509.Name([*attributes, x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
-def _make_serving(
-    ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate
-) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    sans: list[x509.GeneralName] = [x509.DNSName(n) for n in SERVING_DNS_NAMES]
-    sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in SERVING_IPS]
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")])
-    cert = (
-        _builder(subject, ca_cert.subject, key.public_key())
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
+@dataclass(frozen=True)
+class CertificateAuthority:
+    """A CA kept in memory that issues serving and client certificates (for any test server or user)."""
+
+    key: ec.EllipticCurvePrivateKey
+    cert: x509.Certificate
+
+    @classmethod
+    def generate(cls, common_name: str = "capfleet-test-ca") -> CertificateAuthority:
+        key = ec.generate_private_key(ec.SECP256R1())
+        name = _name(common_name)
+        cert = (
+            _builder(name, name, key.public_key())
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+            .sign(key, hashes.SHA256())
         )
-        .sign(ca_key, hashes.SHA256())
+        return cls(key, cert)
+
+    @classmethod
+    def from_pem(cls, cert_pem: bytes, key_pem: bytes) -> CertificateAuthority:
+        """A CA from PEM (an EC key, as `generate` makes)."""
+        key = serialization.load_pem_private_key(key_pem, password=None)
+        if not isinstance(key, ec.EllipticCurvePrivateKey):
+            raise TypeError(f"expected an EC private key, got {type(key).__name__}")
+        return cls(key, x509.load_pem_x509_certificate(cert_pem))
+
+    @property
+    def cert_pem(self) -> bytes:
+        return _cert_pem(self.cert)
+
+    @property
+    def key_pem(self) -> bytes:
+        return _key_pem(self.key)
+
+    def _issue(
+        self,
+        subject: x509.Name,
+        usage: x509.ObjectIdentifier,
+        sans: Sequence[x509.GeneralName] = (),
+    ) -> tuple[bytes, bytes]:
+        key = ec.generate_private_key(ec.SECP256R1())
+        builder = _builder(subject, self.cert.subject, key.public_key()).add_extension(
+            x509.BasicConstraints(ca=False, path_length=None), critical=True
+        )
+        if sans:
+            builder = builder.add_extension(x509.SubjectAlternativeName(list(sans)), critical=False)
+        cert = (
+            builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+            .add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()), critical=False
+            )
+            .sign(self.key, hashes.SHA256())
+        )
+        return _cert_pem(cert), _key_pem(key)
+
+    def issue_serving(
+        self, common_name: str, dns_names: Sequence[str] = (), ips: Sequence[str] = ()
+    ) -> tuple[bytes, bytes]:
+        """A TLS server certificate for those names and addresses: `(cert_pem, key_pem)`."""
+        sans: list[x509.GeneralName] = [x509.DNSName(n) for n in dns_names]
+        sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
+        return self._issue(_name(common_name), ExtendedKeyUsageOID.SERVER_AUTH, sans)
+
+    def issue_client(self, common_name: str, organizations: Sequence[str] = ()) -> tuple[bytes, bytes]:
+        """A TLS client certificate (Kubernetes: user `common_name` in groups `organizations`)."""
+        return self._issue(_name(common_name, organizations), ExtendedKeyUsageOID.CLIENT_AUTH)
+
+
+def service_account_key_pair() -> tuple[bytes, bytes]:
+    """A fresh RSA key pair for signing service-account tokens: `(private_pem, public_pem)`."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    public = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
-    return key, cert
+    return _key_pem(key), public
 
 
 def generate_pki(directory: Path) -> Pki:
     """Create the CA, the apiserver serving pair and the service-account key pair in `directory`."""
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    ca_key, ca_cert = _make_ca()
-    serving_key, serving_cert = _make_serving(ca_key, ca_cert)
-    sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    sa_pub = sa_key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
+    ca = CertificateAuthority.generate()
+    serving_cert, serving_key = ca.issue_serving("kube-apiserver", SERVING_DNS_NAMES, SERVING_IPS)
+    sa_key, sa_pub = service_account_key_pair()
     return Pki(
-        ca_cert=write_private(directory / "ca.crt", _cert_pem(ca_cert)),
-        ca_key=write_private(directory / "ca.key", _key_pem(ca_key)),
-        serving_cert=write_private(directory / "apiserver.crt", _cert_pem(serving_cert)),
-        serving_key=write_private(directory / "apiserver.key", _key_pem(serving_key)),
-        sa_private_key=write_private(directory / "sa.key", _key_pem(sa_key)),
+        ca_cert=write_private(directory / "ca.crt", ca.cert_pem),
+        ca_key=write_private(directory / "ca.key", ca.key_pem),
+        serving_cert=write_private(directory / "apiserver.crt", serving_cert),
+        serving_key=write_private(directory / "apiserver.key", serving_key),
+        sa_private_key=write_private(directory / "sa.key", sa_key),
         sa_public_key=write_private(directory / "sa.pub", sa_pub),
     )

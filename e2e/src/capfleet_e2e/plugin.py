@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from capfleet_e2e.capi import CapiManagers
+from capfleet_e2e.capibin import ensure_capi_binaries
 from capfleet_e2e.controlplane import Cluster, ControlPlane, ExistingCluster
 from capfleet_e2e.crds import capi_module_dir
 from capfleet_e2e.kubebin import ensure_kube_binaries
@@ -32,6 +34,16 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the tests that use Cluster API's managers (fixture `capi`) after all others.
+
+    Once started, CAPI's webhooks and controllers act on the whole session's cluster (its CRDs convert by
+    webhook, its admission webhooks check every CAPI object), and the other tests expect a cluster
+    without CAPI. The sort is stable: both groups keep their order.
+    """
+    items.sort(key=lambda item: "capi" in getattr(item, "fixturenames", ()))
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Fetch the binaries and CAPI module before the first test if any selected test needs a cluster.
 
@@ -41,6 +53,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         if not os.environ.get(EXISTING_KUBECONFIG_ENV):
             ensure_kube_binaries()
         capi_module_dir()
+    if any("capi" in getattr(item, "fixturenames", ()) for item in session.items):
+        ensure_capi_binaries()
 
 
 def start_cluster() -> Cluster:
@@ -62,6 +76,19 @@ def control_plane() -> Iterator[Cluster]:
 
 
 @pytest.fixture(scope="session")
+def capi(control_plane: Cluster) -> Iterator[CapiManagers]:
+    """Cluster API's real managers (core, kubeadm bootstrap and control plane) on the session's cluster.
+
+    Started on first request and kept for the session; from then on CAPI's controllers and webhooks act
+    on every namespace, as in a real installation. Needs the local control plane (webhooks on loopback).
+    """
+    if not isinstance(control_plane, ControlPlane):
+        pytest.skip("Cluster API's managers run only against the local control plane")
+    with CapiManagers(control_plane) as managers:
+        yield managers
+
+
+@pytest.fixture(scope="session")
 def kubeconfig(control_plane: Cluster) -> Path:
     """Path of an admin kubeconfig for the session's cluster."""
     return control_plane.kubeconfig
@@ -76,6 +103,7 @@ from capfleet_e2e.serviceaccounts import run_operator_as  # noqa: E402
 
 __all__ = [
     "baremetal_servers",
+    "capi",
     "control_plane",
     "hypervisors",
     "ipmi_bmcs",

@@ -4,7 +4,8 @@ SHELL := bash
 UV := uv run --frozen
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint typecheck crds crds-check unit integration bench-ipam clean
+.PHONY: setup demo test lint typecheck crds crds-check clusterctl-components clusterctl-components-check \
+	images unit integration bench-ipam clean
 
 setup:
 	bash hack/setup.sh
@@ -13,8 +14,8 @@ setup:
 demo: setup
 	$(UV) python -m capfleet_e2e.demo
 
-## test: lint, type checks, generated-CRD check, then every test (unit and integration).
-test: setup lint crds-check
+## test: lint, type checks, generated-file checks (CRDs, clusterctl components), then every test.
+test: setup lint crds-check clusterctl-components-check
 	$(UV) pytest $(PYTEST_ARGS)
 
 lint:
@@ -29,6 +30,33 @@ crds:
 
 crds-check:
 	$(UV) python -m capfleet.crdgen check crds
+
+## clusterctl-components: regenerate deploy/clusterctl/infrastructure-components.yaml from the all-in-one overlay.
+clusterctl-components: setup
+	$(UV) python -m capfleet_e2e.clusterctl_components generate
+
+clusterctl-components-check: setup
+	$(UV) python -m capfleet_e2e.clusterctl_components check
+
+## images: build the five operator images with docker, podman or buildah (whichever is found first).
+OPERATORS := ipam-address netbox-device libvirt-vm baremetal-provision capi-machine-glue
+IMAGE_REGISTRY ?= capfleet
+IMAGE_VERSION := $(shell sed -n 's/^VERSION = "\(.*\)"$$/\1/p' shared/src/capfleet/runtime.py)
+IMAGE_TAG ?= v$(IMAGE_VERSION)
+IMAGE_SOURCE ?= https://capfleet.dev/source
+IMAGE_REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+CONTAINER_ENGINE ?= $(shell for e in docker podman buildah; do command -v $$e >/dev/null && { echo $$e; break; }; done)
+images:
+	@if [ -z "$(CONTAINER_ENGINE)" ]; then \
+	  echo "make images: no container engine found (docker, podman or buildah); install one or set CONTAINER_ENGINE" >&2; \
+	  exit 1; \
+	fi
+	for op in $(OPERATORS); do \
+	  if [ "$(CONTAINER_ENGINE)" = buildah ]; then build=(buildah bud); else build=($(CONTAINER_ENGINE) build); fi; \
+	  "$${build[@]}" -f operators/$$op/Dockerfile \
+	    --build-arg VERSION=$(IMAGE_VERSION) --build-arg REVISION=$(IMAGE_REVISION) --build-arg SOURCE=$(IMAGE_SOURCE) \
+	    -t $(IMAGE_REGISTRY)/$$op:$(IMAGE_TAG) . ; \
+	done
 
 unit: setup
 	$(UV) pytest -m "not integration" $(PYTEST_ARGS)

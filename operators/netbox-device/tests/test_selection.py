@@ -90,14 +90,14 @@ def test_status_with_both_mac_models_and_bmc_address() -> None:
     interfaces: list[dict[str, Any]] = [
         {"name": "eno2", "mac_address": "52:54:00:00:00:02", "mgmt_only": False},  # before 4.2
         {"name": "eno1", "primary_mac_address": {"mac_address": "52:54:00:00:00:01"}, "mac_address": None},
-        {"name": "bmc", "mgmt_only": True, "mac_addresses": [{"mac_address": "52:54:00:00:00:0a"}]},
+        {"name": "bmc", "mgmt_only": True, "mac_addresses": [{"mac_address": "52:54:00:00:00:0A"}]},  # as NetBox
         {"name": "lo"},
     ]
     fields = device_status.device_fields(device(), interfaces)
     assert fields["bmcAddress"] == "10.9.0.11"
     assert (fields["site"], fields["rack"], fields["serial"]) == ("dc1", "r1", "SN1")
     assert fields["interfaces"] == [
-        {"name": "bmc", "mgmtOnly": True, "macAddress": "52:54:00:00:00:0A"},
+        {"name": "bmc", "mgmtOnly": True, "macAddress": "52:54:00:00:00:0a"},  # as the CRD requires
         {"name": "eno1", "mgmtOnly": False, "macAddress": "52:54:00:00:00:01"},
         {"name": "eno2", "mgmtOnly": False, "macAddress": "52:54:00:00:00:02"},
         {"name": "lo", "mgmtOnly": False},

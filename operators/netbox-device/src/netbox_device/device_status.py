@@ -27,15 +27,16 @@ def bmc_address(device: Mapping[str, Any]) -> str | None:
 
 
 def interface_mac(interface: Mapping[str, Any]) -> str | None:
-    """An interface's MAC in either MAC model, upper case as NetBox stores it."""
+    """An interface's MAC in either MAC model, in lower case as the CRDs (and Kubernetes tools) write MACs;
+    NetBox stores and returns them in upper case."""
     primary = interface.get("primary_mac_address")
     if isinstance(primary, Mapping) and primary.get("mac_address"):
-        return str(primary["mac_address"]).upper()
+        return str(primary["mac_address"]).lower()
     if interface.get("mac_address"):
-        return str(interface["mac_address"]).upper()
+        return str(interface["mac_address"]).lower()
     assigned = interface.get("mac_addresses") or []
     first = assigned[0] if assigned and isinstance(assigned[0], Mapping) else None
-    return str(first["mac_address"]).upper() if first and first.get("mac_address") else None
+    return str(first["mac_address"]).lower() if first and first.get("mac_address") else None
 
 
 def interfaces_of(interfaces: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

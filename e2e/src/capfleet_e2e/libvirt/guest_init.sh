@@ -1,7 +1,8 @@
 #!/bin/sh
 # /init of capfleet's test image (see image.py): read the NoCloud seed, report it, then power off or idle.
 # Directives, on the kernel command line or as a line in user-data:
-#   capfleet.callback=<url> / "# capfleet-callback: <url>"  POST the report there (DHCP on each NIC first)
+#   capfleet.callback=<url> / "# capfleet-callback: <url>"  POST the report there (DHCP on each NIC first;
+#                                                         the user-data line may be indented, as in write_files)
 #   capfleet.poweroff       / "# capfleet-poweroff"          power off when done (default: keep running)
 /bin/busybox --install -s
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin
@@ -54,7 +55,7 @@ directive() {  # $1: kernel parameter name; $2: user-data comment key; prints th
     case "$arg" in "$1="*) echo "${arg#*=}"; return ;; "$1") echo yes; return ;; esac
   done
   [ -f /mnt/user-data ] || return
-  line=$(grep -m1 "^# *$2\\b" /mnt/user-data) || return
+  line=$(grep -m1 "^[[:space:]]*# *$2\\b" /mnt/user-data) || return
   value=$(echo "${line#*$2}" | sed 's/^:* *//; s/ *$//')
   echo "${value:-yes}"
 }

@@ -1,0 +1,423 @@
+"""A small data centre for hybrid clusters, made of the harness's real parts, and how the fleet reaches it.
+
+The end-to-end suites and `make demo` both need the same things around a management cluster: a
+hypervisor registered as a Hypervisor object with its base image, bare-metal servers in the PXE lab
+recorded in NetBox with their BMC address and boot MAC, the Secrets a HybridCluster names, the five
+operators' settings, and a stand-in workload API server at the cluster's control-plane endpoint. This
+module builds those and renders cluster manifests such as deploy/examples/hybrid-demo.yaml.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import re
+import secrets
+import shutil
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import libvirt
+
+from capfleet import resources
+from capfleet.api import kinds
+from capfleet.kube import Kube
+from capfleet_e2e.baremetal.lab import PxeLab
+from capfleet_e2e.baremetal.servers import BareMetalServer
+from capfleet_e2e.callbacks import Callbacks
+from capfleet_e2e.controlplane import ControlPlane
+from capfleet_e2e.libvirt.bootdisk import boot_disk
+from capfleet_e2e.libvirt.hypervisor import Hypervisor, upload_volume
+from capfleet_e2e.libvirt.image import TestImage
+from capfleet_e2e.netbox.fixtures import NetboxInstance
+from capfleet_e2e.processes import free_port
+from capfleet_e2e.waiting import eventually
+from capfleet_e2e.workload import WorkloadAPIServer
+
+BASE_IMAGE = "capfleet-test-base.qcow2"
+SITE_LABEL = "capfleet.dev/site"
+BMC_FIELD = "bmc_address"
+OWNER_FIELD = "capfleet_owner"
+PREVIOUS_FIELD = "capfleet_previous"
+NETBOX_INSTANCE = "mgmt-e2e"
+DEMO_MANIFEST = Path("deploy") / "examples" / "hybrid-demo.yaml"
+
+# How each operator runs in the suites: short polls where the real thing would wait for hardware, and
+# TCG for QEMU (this machine's /dev/kvm cannot run the test guests).
+OPERATOR_ENV: dict[str, dict[str, str]] = {
+    "capi_machine_glue": {"CAPFLEET_GLUE_RESYNC_SECONDS": "30"},
+    "ipam_address": {},
+    "netbox_device": {
+        "CAPFLEET_INSTANCE_NAME": NETBOX_INSTANCE,
+        "CAPFLEET_NETBOX_POLL_SECONDS": "1",
+        "CAPFLEET_NETBOX_SETTLE_SECONDS": "0.2",
+    },
+    "libvirt_vm": {
+        "CAPFLEET_HYPERVISOR_POLL_SECONDS": "2",
+        "CAPFLEET_VM_POLL_SECONDS": "3",
+        "CAPFLEET_LIBVIRT_DOMAIN_TYPE": "qemu",
+    },
+    "baremetal_provision": {"CAPFLEET_BMC_SHUTDOWN_SECONDS": "3", "CAPFLEET_BMC_POWER_WAIT_SECONDS": "20"},
+}
+OPERATORS = tuple(OPERATOR_ENV)
+
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::=([^}]*))?\}")
+
+
+class MissingVariable(KeyError):
+    """A manifest names a variable without a default that was not given."""
+
+
+def render(text: str, variables: Mapping[str, str]) -> str:
+    """`text` with `${VAR}` and `${VAR:=default}` replaced as clusterctl does; every variable must resolve."""
+
+    def value(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        if name in variables:
+            return variables[name]
+        if default is not None:
+            return default
+        raise MissingVariable(name)
+
+    return _VARIABLE.sub(value, text)
+
+
+def b64(value: str | bytes) -> str:
+    return base64.b64encode(value.encode() if isinstance(value, str) else value).decode()
+
+
+def secret(name: str, data: Mapping[str, str | bytes]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name},
+        "data": {key: b64(value) for key, value in data.items()},
+    }
+
+
+def ensure_base_image(hv: Hypervisor, image: TestImage) -> None:
+    """The test image's boot disk as volume BASE_IMAGE in the hypervisor's pool (once)."""
+    conn = hv.connect()
+    try:
+        pool = conn.storagePoolLookupByName(hv.pool_name)
+        try:
+            pool.storageVolLookupByName(BASE_IMAGE)
+        except libvirt.libvirtError:
+            upload_volume(conn, hv.pool_name, BASE_IMAGE, boot_disk(image, "qcow2"), "qcow2")
+    finally:
+        conn.close()
+
+
+def remove_base_image(hv: Hypervisor) -> None:
+    """Remove BASE_IMAGE again: other suites expect the session's pools empty between tests."""
+    conn = hv.connect()
+    try:
+        pool = conn.storagePoolLookupByName(hv.pool_name)
+        with contextlib.suppress(libvirt.libvirtError):
+            pool.storageVolLookupByName(BASE_IMAGE).delete(0)
+    finally:
+        conn.close()
+
+
+def domains_of(hv: Hypervisor, namespace: str) -> list[str]:
+    """Domains of `namespace`'s VMs on the hypervisor (libvirt-vm names them `<namespace>_<name>`)."""
+    conn = hv.connect()
+    try:
+        return [d.name() for d in conn.listAllDomains(0) if d.name().startswith(f"{namespace}_")]
+    finally:
+        conn.close()
+
+
+async def register_hypervisor(
+    kube: Kube,
+    secret_namespace: str,
+    hv: Hypervisor,
+    *,
+    labels: Mapping[str, str] | None = None,
+    known_hosts: str | None = None,
+) -> str:
+    """Secrets (in `secret_namespace`) and a Hypervisor object for test hypervisor `hv`; returns its name."""
+    name = f"{hv.name}-{secrets.token_hex(3)}"
+    keys = {
+        "ssh-privatekey": hv.sshd.client_private_key,
+        "known_hosts": hv.sshd.known_hosts if known_hosts is None else known_hosts,
+    }
+    await kube.create(resources.SECRETS, secret(name, keys), secret_namespace)
+    ref = {"name": name, "namespace": secret_namespace}
+    body = {
+        "apiVersion": kinds.HYPERVISOR.resource.api_version,
+        "kind": "Hypervisor",
+        "metadata": {"name": name, "labels": {"capfleet.dev/test": secret_namespace, **(labels or {})}},
+        "spec": {
+            "connection": {
+                "host": hv.sshd.host,
+                "port": hv.sshd.port,
+                "user": hv.sshd.user,
+                "socketPath": str(hv.daemon.socket_path),
+            },
+            "sshKeySecretRef": ref,
+            "knownHostsSecretRef": ref,
+            "failureDomain": hv.failure_domain,
+            "storagePool": hv.pool_name,
+        },
+    }
+    await kube.create(kinds.HYPERVISOR.resource, body)
+    return name
+
+
+def boot_files(image: TestImage, directory: Path) -> Path:
+    """A directory baremetal-provision serves under /files/: the installer's kernel and initrd."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, source in (("kernel", image.kernel), ("initrd", image.initrd)):
+        shutil.copyfile(source, directory / name)  # aiohttp serves no symlinks out of its directory
+    return directory
+
+
+def baremetal_env(pxe_lab: PxeLab, files: Path) -> tuple[dict[str, str], str]:
+    """baremetal-provision's settings: its boot server on a loopback port the lab's servers reach as
+    the lab's HTTP address; returns (environment, base URL the servers use)."""
+    port = free_port()
+    pxe_lab.network.forward_http_to(port)
+    url = pxe_lab.network.http_url().rstrip("/")
+    env = {
+        **OPERATOR_ENV["baremetal_provision"],
+        "CAPFLEET_BOOT_LISTEN": f"127.0.0.1:{port}",
+        "CAPFLEET_BOOT_URL": url,
+        "CAPFLEET_BOOT_FILES_DIR": str(files),
+    }
+    return env, url
+
+
+def ensure_custom_fields(netbox: NetboxInstance) -> None:
+    """The custom fields capfleet relies on: owner (exact match), previous state and BMC address."""
+    client = netbox.client
+    wanted = {
+        OWNER_FIELD: (["dcim.device", "virtualization.virtualmachine", "ipam.ipaddress"], "exact"),
+        PREVIOUS_FIELD: (["dcim.device"], "loose"),
+        BMC_FIELD: (["dcim.device"], "loose"),
+    }
+    for name, (types, logic) in wanted.items():
+        found = client.list_all("extras/custom-fields/", name=name)
+        if not found:
+            body = {"name": name, "type": "text", "object_types": types, "filter_logic": logic}
+            client.create("extras/custom-fields/", body)
+        elif not set(types) <= set(found[0]["object_types"]):
+            merged = sorted({*found[0]["object_types"], *types})
+            client.update("extras/custom-fields/", found[0]["id"], {"object_types": merged})
+
+
+def record_servers(netbox: NetboxInstance, servers: list[BareMetalServer], role: str) -> str:
+    """The lab's servers as free NetBox devices of `role` (status inventory, BMC URL, boot NIC eno1);
+    returns the role's slug as NetBox knows it (made unique per run)."""
+    ensure_custom_fields(netbox)
+    netbox.seed(
+        {
+            "sites": [{"name": "lab", "slug": "lab"}],
+            "manufacturers": [{"name": "qemu", "slug": "qemu"}],
+            "device_roles": [{"name": role, "slug": role}],
+            "device_types": [{"manufacturer": "qemu", "model": "pc", "slug": "pc"}],
+            "devices": [
+                {
+                    "name": server.name,
+                    "serial": server.uuid,
+                    "site": "lab",
+                    "role": role,
+                    "device_type": "pc",
+                    "status": "inventory",
+                    "custom_fields": {BMC_FIELD: server.bmc_address},
+                    "interfaces": [{"name": "eno1", "mac_address": server.mac}],
+                }
+                for server in servers
+            ],
+        }
+    )
+    return netbox.client.unique(role)
+
+
+def netbox_secret(netbox: NetboxInstance, name: str = "netbox") -> dict[str, Any]:
+    return secret(name, {"url": netbox.url, "token": netbox.token})
+
+
+def bmc_secret(server: BareMetalServer, name: str = "bmc") -> dict[str, Any]:
+    """The lab's Redfish credentials (one emulator serves every server) and the CA that signed its TLS."""
+    return secret(
+        name,
+        {"username": server.username, "password": server.password, "caBundle": server.ca_cert.read_text()},
+    )
+
+
+def cluster_variables(
+    *,
+    cluster_name: str,
+    endpoint: tuple[str, int],
+    vm_callback_url: str,
+    boot_url: str,
+    netboot: TestImage,
+    site: str,
+    worker_role: str,
+    workers: int = 1,
+) -> dict[str, str]:
+    """The variables of deploy/examples/hybrid-demo.yaml for this site."""
+    return {
+        "CLUSTER_NAME": cluster_name,
+        "CONTROL_PLANE_ENDPOINT_HOST": endpoint[0],
+        "CONTROL_PLANE_ENDPOINT_PORT": str(endpoint[1]),
+        "HYPERVISOR_SITE": site,
+        "VM_CALLBACK_URL": vm_callback_url,
+        "INSTALLER_KERNEL_URL": f"{boot_url}/files/kernel",
+        "INSTALLER_INITRD_URL": f"{boot_url}/files/initrd",
+        "INSTALLER_KERNEL_ARGS": "[" + ", ".join(f'"{a}"' for a in netboot.cmdline.split()) + "]",
+        "WORKER_DEVICE_ROLE": worker_role,
+        "WORKER_MACHINE_COUNT": str(workers),
+    }
+
+
+CONTROL_PLANE_LABEL = "cluster.x-k8s.io/control-plane"
+CALLBACK_PATH = "/control-plane"
+StartOperator = Callable[[str, dict[str, str]], object]
+
+
+@dataclass
+class HybridSite:
+    """A management cluster with CAPI, the five operators and a data centre around it, ready for a
+    hybrid cluster `cluster_name` in `namespace`: apply `manifest()` and watch."""
+
+    namespace: str
+    cluster_name: str
+    kube: Kube
+    cp: ControlPlane
+    hypervisor: Hypervisor
+    hypervisor_name: str
+    servers: list[BareMetalServer]
+    netbox: NetboxInstance
+    workload: WorkloadAPIServer
+    callbacks: Callbacks
+    variables: dict[str, str]
+
+    def manifest(self, path: Path = DEMO_MANIFEST) -> str:
+        return render(path.read_text(), self.variables)
+
+    def apply(self, manifest: str) -> str:
+        return self.cp.kubectl("apply", "-n", self.namespace, "-f", "-", stdin=manifest)
+
+    def control_plane_report(self) -> str | None:
+        """What the control-plane VM reported of its seed (user-data, meta-data, network-config)."""
+        body = self.callbacks.received.get(CALLBACK_PATH)
+        return body.decode(errors="replace") if body is not None else None
+
+    async def machines(self, control_plane: bool) -> list[dict[str, Any]]:
+        found = await self.kube.list(resources.CAPI_MACHINES, self.namespace)
+        return [
+            m for m in found if (CONTROL_PLANE_LABEL in (m["metadata"].get("labels") or {})) == control_plane
+        ]
+
+    async def provisioned(self, control_plane: bool, count: int = 1) -> list[dict[str, Any]] | None:
+        """The `count` Machines of that role once all are in phase Provisioned (else None)."""
+        found = await self.machines(control_plane)
+        if len(found) != count or not all(
+            (m.get("status") or {}).get("phase") == "Provisioned" for m in found
+        ):
+            return None
+        return found
+
+    async def claimed_servers(self) -> dict[str, BareMetalServer]:
+        """NetboxDevice name → lab server, for every device claimed now."""
+        by_name = {s.name: s for s in self.servers}
+        result = {}
+        for device in await self.kube.list(kinds.NETBOX_DEVICE.resource, self.namespace):
+            name = (device.get("status") or {}).get("name")
+            if name in by_name:
+                result[device["metadata"]["name"]] = by_name[name]
+        return result
+
+    async def bring_up(self, vm_seconds: float = 300, server_seconds: float = 300) -> None:
+        """Wait for the control-plane VM's report, play `kubeadm init`, wait for every Machine."""
+        report = await eventually("the control-plane VM to report its seed", self._report, vm_seconds)
+        if "kubeadm init" not in report:
+            raise AssertionError(
+                f"the control-plane VM did not receive kubeadm's init config: {report[:400]}"
+            )
+        self.workload.upload_kubeadm_config()  # what `kubeadm init` would do on a real OS
+        await eventually("the control-plane Machine to be Provisioned", lambda: self.provisioned(True), 180)
+        workers = int(self.variables.get("WORKER_MACHINE_COUNT", "1"))
+        await eventually(
+            "the worker Machines to be Provisioned", lambda: self.provisioned(False, workers), server_seconds
+        )
+
+    async def _report(self) -> str | None:
+        return self.control_plane_report()
+
+    async def delete_cluster(self, within: float = 300) -> None:
+        await self.kube.delete(resources.CAPI_CLUSTERS, self.cluster_name, self.namespace)
+
+        async def gone() -> bool:
+            return await self.kube.get(resources.CAPI_CLUSTERS, self.cluster_name, self.namespace) is None
+
+        await eventually(f"Cluster {self.cluster_name} to be deleted", gone, within)
+
+
+@contextlib.asynccontextmanager
+async def open_site(
+    *,
+    kube: Kube,
+    namespace: str,
+    control_plane: ControlPlane,
+    hypervisor: Hypervisor,
+    vm_image: TestImage,
+    pxe_lab: PxeLab,
+    servers: list[BareMetalServer],
+    netboot: TestImage,
+    netbox: NetboxInstance,
+    start_operator: StartOperator,
+    workdir: Path,
+    cluster_name: str = "hybrid",
+) -> AsyncIterator[HybridSite]:
+    """Prepare everything a hybrid cluster needs and start the five operators; on exit delete the
+    cluster (if still there) and wait, so that nothing outlives the site, then stop the site's parts."""
+    ensure_base_image(hypervisor, vm_image)
+    hypervisor_name = await register_hypervisor(kube, namespace, hypervisor, labels={SITE_LABEL: namespace})
+    callbacks = Callbacks()
+    workload: WorkloadAPIServer | None = None
+    try:
+        role = record_servers(netbox, servers, "worker")
+        for body in (netbox_secret(netbox), bmc_secret(servers[0])):
+            await kube.create(resources.SECRETS, body, namespace)
+        baremetal, boot_url = baremetal_env(pxe_lab, boot_files(netboot, workdir / "boot"))
+        workload = WorkloadAPIServer(control_plane, cluster_name).start()
+        await kube.create(resources.SECRETS, workload.ca_secret(namespace), namespace)
+        for operator, env in OPERATOR_ENV.items():
+            start_operator(operator, baremetal if operator == "baremetal_provision" else env)
+        variables = cluster_variables(
+            cluster_name=cluster_name,
+            endpoint=(workload.host, workload.port),
+            vm_callback_url=f"http://10.0.2.2:{callbacks.port}{CALLBACK_PATH}",
+            boot_url=boot_url,
+            netboot=netboot,
+            site=namespace,
+            worker_role=role,
+        )
+        site = HybridSite(
+            namespace,
+            cluster_name,
+            kube,
+            control_plane,
+            hypervisor,
+            hypervisor_name,
+            servers,
+            netbox,
+            workload,
+            callbacks,
+            variables,
+        )
+        try:
+            yield site
+        finally:
+            await site.delete_cluster()
+    finally:
+        if workload is not None:
+            workload.stop()
+        callbacks.close()
+        await kube.delete(kinds.HYPERVISOR.resource, hypervisor_name)
+        remove_base_image(hypervisor)

@@ -1,0 +1,110 @@
+"""A cluster as a tree of objects by ownerReference, each with its conditions: what `make demo` prints.
+
+`clusterctl describe cluster` stops at CAPI's objects; this follows the ownerReferences further, down to
+the fleet's intermediate objects (address claims, VMs, device claims, bare-metal instances), so one look
+shows where every machine is and why.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from capfleet import resources
+from capfleet.api import kinds
+from capfleet.kube import Kube
+from capfleet.resources import Resource
+
+KCPS = Resource("controlplane.cluster.x-k8s.io", "v1beta2", "kubeadmcontrolplanes", "KubeadmControlPlane")
+MACHINE_DEPLOYMENTS = Resource("cluster.x-k8s.io", "v1beta2", "machinedeployments", "MachineDeployment")
+MACHINE_SETS = Resource("cluster.x-k8s.io", "v1beta2", "machinesets", "MachineSet")
+KUBEADM_CONFIGS = Resource("bootstrap.cluster.x-k8s.io", "v1beta2", "kubeadmconfigs", "KubeadmConfig")
+SHOWN = (
+    resources.CAPI_CLUSTERS,
+    kinds.HYBRID_CLUSTER.resource,
+    KCPS,
+    MACHINE_DEPLOYMENTS,
+    MACHINE_SETS,
+    resources.CAPI_MACHINES,
+    KUBEADM_CONFIGS,
+    kinds.HYBRID_MACHINE.resource,
+    resources.IP_ADDRESS_CLAIMS,
+    resources.IP_ADDRESSES,
+    kinds.LIBVIRT_VM.resource,
+    kinds.NETBOX_VIRTUAL_MACHINE.resource,
+    kinds.NETBOX_DEVICE.resource,
+    kinds.BAREMETAL_INSTANCE.resource,
+)
+
+
+def facts(obj: dict[str, Any]) -> str:
+    """The few fields that say what an object is, beside its conditions."""
+    kind, spec, status = obj["kind"], obj.get("spec") or {}, obj.get("status") or {}
+    parts: list[str] = []
+    if kind == "Machine":
+        parts += [f"phase={status.get('phase')}", f"providerID={spec.get('providerID')}"]
+        parts += [f"{a['type']}={a['address']}" for a in status.get("addresses") or []]
+    elif kind == "IPAddress":
+        parts.append(f"{spec.get('address')}/{spec.get('prefix')} gateway {spec.get('gateway')}")
+    elif kind == "LibvirtVM":
+        parts += [f"hypervisor={status.get('hypervisorName')}", f"domain={status.get('domainName')}"]
+        parts.append(f"state={status.get('state')}")
+    elif kind == "NetboxDevice":
+        parts += [
+            f"device={status.get('name')} (id {status.get('deviceID')})",
+            f"bmc={status.get('bmcAddress')}",
+        ]
+    elif kind == "BaremetalInstance":
+        parts += [f"phase={status.get('phase')}", f"power={status.get('powerState')}"]
+    elif kind == "HybridCluster":
+        endpoint = spec.get("controlPlaneEndpoint") or {}
+        parts.append(f"endpoint={endpoint.get('host')}:{endpoint.get('port')}")
+    elif kind in {"MachineDeployment", "KubeadmControlPlane", "MachineSet"}:
+        parts.append(f"replicas={spec.get('replicas')}")
+    return "  ".join(parts)
+
+
+def conditions_text(obj: dict[str, Any]) -> list[str]:
+    """One entry per condition: `Type ✓`, or `Type ✗ Reason: message` when it is not True."""
+    lines = []
+    for condition in (obj.get("status") or {}).get("conditions") or []:
+        if condition["status"] == "True":
+            lines.append(f"{condition['type']} ✓")
+        else:
+            mark = "✗" if condition["status"] == "False" else "?"
+            message = f": {condition['message']}" if condition.get("message") else ""
+            lines.append(f"{condition['type']} {mark} {condition.get('reason', '')}{message}")
+    return lines
+
+
+async def cluster_tree(kube: Kube, namespace: str, cluster: str) -> str:
+    """The Cluster and everything it owns, transitively, as indented text."""
+    objects: list[dict[str, Any]] = []
+    for resource in SHOWN:
+        objects += await kube.list(resource, namespace)
+    children: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for obj in objects:
+        for ref in obj["metadata"].get("ownerReferences") or []:
+            if ref.get("controller"):
+                children[ref["uid"]].append(obj)
+    roots = [o for o in objects if o["kind"] == "Cluster" and o["metadata"]["name"] == cluster]
+    lines: list[str] = []
+
+    def walk(obj: dict[str, Any], prefix: str, last: bool, root: bool) -> None:
+        branch = "" if root else ("└── " if last else "├── ")
+        head = f"{obj['kind']} {obj['metadata']['name']}"
+        detail = facts(obj)
+        lines.append(f"{prefix}{branch}{head}{'  ' + detail if detail else ''}")
+        inner = prefix if root else prefix + ("    " if last else "│   ")
+        kids = sorted(
+            children.get(obj["metadata"]["uid"], []), key=lambda o: (o["kind"], o["metadata"]["name"])
+        )
+        bar = "│   " if kids else "    "
+        for text in conditions_text(obj):
+            lines.append(f"{inner}{bar}  {text}")
+        for index, kid in enumerate(kids):
+            walk(kid, inner, index == len(kids) - 1, False)
+
+    for root in roots:
+        walk(root, "", True, True)
+    return "\n".join(lines)

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -172,3 +173,69 @@ async def quiet_window(site: HybridSite, offset: int, seconds: float = 15.0) -> 
     await asyncio.sleep(seconds)
     assert len(await site.machines(False)) == before, "a Machine was created while the cluster was paused"
     assert fleet_writes(site.cp, offset) == [], json.dumps(fleet_writes(site.cp, offset), indent=1)
+
+
+async def test_each_operator_killed_once_mid_provisioning_and_the_flow_completes_without_duplicates(
+    site: HybridSite,
+) -> None:
+    """Every operator is SIGKILLed once at the moment it has work in flight, and restarted."""
+    kube, ns = site.kube, site.namespace
+    site.apply(site.manifest())
+
+    async def first(resource: resources.Resource, ready: Callable[[dict[str, Any]], bool] = bool) -> bool:
+        return any(ready(obj) for obj in await kube.list(resource, ns))
+
+    def restart(operator: str) -> None:
+        process = site.operators[operator]
+        process.kill()
+        process.start()
+
+    await eventually("a HybridMachine", lambda: first(kinds.HYBRID_MACHINE.resource), 120)
+    restart("capi_machine_glue")
+    await eventually("an IPAddressClaim", lambda: first(resources.IP_ADDRESS_CLAIMS), 120)
+    restart("ipam_address")
+    await eventually("a LibvirtVM", lambda: first(kinds.LIBVIRT_VM.resource), 120)
+    restart("libvirt_vm")
+    report = await eventually("the control-plane VM's report", _report(site), 300)
+    assert "kubeadm init" in report
+    site.workload.upload_kubeadm_config()
+    await eventually("a NetboxDevice", lambda: first(kinds.NETBOX_DEVICE.resource), 180)
+    restart("netbox_device")
+
+    def network_booting(obj: dict[str, Any]) -> bool:
+        return bool((obj.get("status") or {}).get("phase") == "NetworkBooting")
+
+    await eventually(
+        "a server network-booting", lambda: first(kinds.BAREMETAL_INSTANCE.resource, network_booting), 180
+    )
+    restart("baremetal_provision")
+    await eventually("both Machines Provisioned", _all_provisioned(site), SERVER_BOOT_SECONDS)
+
+    assert len(domains_of(site.hypervisor, ns)) == 1
+    claims = await kube.list(resources.IP_ADDRESS_CLAIMS, ns)
+    addresses = await kube.list(resources.IP_ADDRESSES, ns)
+    assert len(claims) == len(addresses) == 2
+    assert len({a["spec"]["address"] for a in addresses}) == 2
+    ours = {s.name for s in site.servers}
+    owned = [
+        d["name"]
+        for d in site.netbox.client.list_all("dcim/devices/")
+        if d["name"] in ours and (d.get("custom_fields") or {}).get("capfleet_owner")
+    ]
+    assert len(owned) == 1
+    [server] = (await site.claimed_servers()).values()
+    assert server.serial_output().count("init started (network boot)") == 1, "the server booted twice"
+
+
+def _report(site: HybridSite) -> Callable[[], Awaitable[str | None]]:
+    async def probe() -> str | None:
+        return site.control_plane_report()
+
+    return probe
+
+
+def _all_provisioned(site: HybridSite) -> Callable[[], Awaitable[bool]]:
+    async def probe() -> bool:
+        return bool(await site.provisioned(True)) and bool(await site.provisioned(False))
+
+    return probe

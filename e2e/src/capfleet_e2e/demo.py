@@ -1,151 +1,139 @@
-"""`make demo`: start a local control plane with capfleet on it and show, honestly, what works today.
+"""`make demo`: a hybrid cluster from `kubectl apply` to provisioned machines, on this machine alone.
 
-It starts the harness's control plane (or uses CAPFLEET_TEST_KUBECONFIG), runs the five operators as
-subprocesses exactly as users run them, shows what the API rejects, then lets ipam-address allocate
-addresses from an in-cluster IPPool (the embedded default) to CAPI IPAddressClaims and prints the result
-as a tree with each object's conditions. The machine flow (VMs, bare metal, the CAPI glue) does not
-exist yet, and the demo says so. Interactive runs stay up until Enter; others tear down at once.
+It starts what a data centre and a management cluster would have, all local and real: a control plane
+(etcd, kube-apiserver, kube-controller-manager), Cluster API's managers, a libvirtd behind sshd, a PXE
+network with a Redfish emulator and one bare-metal "server" (a QEMU VM), NetBox (the API test server
+seeded with that server, or the real NetBox in CAPFLEET_NETBOX_URL / CAPFLEET_NETBOX_TOKEN) and the five
+capfleet operators as subprocesses. Then it applies deploy/examples/hybrid-demo.yaml (one control-plane
+VM, one bare-metal worker, addresses from an in-cluster IPPool), waits until both machines are
+provisioned and prints the cluster as a tree with every object's conditions.
+
+The machines run capfleet's test OS: it reports the cloud-init data it received and idles. It has no
+kubelet, so the demo plays `kubeadm init` on a stand-in API server and no Node ever joins; the Machines
+stop at phase Provisioned. Interactive runs stay up until Enter; then everything is deleted and stopped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
+import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from capfleet import resources
-from capfleet.api import kinds, samples
-from capfleet.kube import Invalid, Kube
+from capfleet.kube import Kube
+from capfleet_e2e.baremetal.lab import PxeLab
+from capfleet_e2e.baremetal.netboot import ensure_netboot_image
+from capfleet_e2e.capi import CapiManagers
+from capfleet_e2e.controlplane import ControlPlane
 from capfleet_e2e.kubebin import artifacts_dir
+from capfleet_e2e.libvirt.hypervisor import start_hypervisor
+from capfleet_e2e.libvirt.image import ensure_test_image
+from capfleet_e2e.netbox.fixtures import (
+    REAL_TOKEN_ENV,
+    REAL_URL_ENV,
+    NetboxInstance,
+    config_with_tokens,
+    instance_for,
+    real_netbox,
+)
+from capfleet_e2e.netbox.server import NetboxTestServer
 from capfleet_e2e.operators import OperatorProcess
-from capfleet_e2e.plugin import start_cluster
-from capfleet_e2e.waiting import eventually
+from capfleet_e2e.site import DEMO_MANIFEST, open_site
+from capfleet_e2e.tree import cluster_tree
 
-OPERATOR_MODULES = ["capi_machine_glue", "ipam_address", "netbox_device", "libvirt_vm", "baremetal_provision"]
 NAMESPACE = "capfleet-demo"
-CLAIMS = ["cp-0-nic0", "worker-0-nic0", "worker-1-nic0"]
+CLUSTER = "hybrid"
 
 
 def say(text: str = "") -> None:
     print(text, flush=True)
 
 
-async def rejection(kube: Kube, invalid: samples.Invalid) -> str:
-    """The apiserver's answer to an invalid object: created fresh, or as an update of `before`."""
-    resource = kinds.by_kind(invalid.obj["kind"]).resource
-    ns = NAMESPACE if resource.namespaced else None
-    name = invalid.obj["metadata"]["name"]
+@contextlib.contextmanager
+def demo_netbox() -> Iterator[NetboxInstance]:
+    if os.environ.get(REAL_URL_ENV) and os.environ.get(REAL_TOKEN_ENV):
+        yield from real_netbox(None)
+        return
+    server = NetboxTestServer(config_with_tokens()).start()
     try:
-        if invalid.before is None:
-            await kube.create(resource, invalid.obj, ns)
-        else:
-            await kube.create_or_get(resource, invalid.before, ns)
-            await kube.patch(resource, name, {"spec": invalid.obj["spec"]}, ns)
-    except Invalid as exc:
-        return exc.message
+        yield instance_for(server)
     finally:
-        if invalid.before is not None:
-            await kube.delete(resource, name, ns)
-    return "ACCEPTED — this is a bug"
+        server.stop()
 
 
-def condition_line(obj: dict[str, Any]) -> str:
-    conds = (obj.get("status") or {}).get("conditions") or []
-    return "  ".join(
-        f"{c['type']}={c['status']} ({c['reason']}{': ' + c['message'] if c.get('message') else ''})"
-        for c in conds
-    )
+async def run(cluster: ControlPlane, netbox: NetboxInstance, lab: PxeLab, workdir: Path) -> None:
+    hypervisor = start_hypervisor("demo-hv", "fd-demo", pool_size_mib=2048)
+    operators: list[OperatorProcess] = []
+    log_dir = artifacts_dir() / "demo-operators"
+    log_dir.mkdir(parents=True, exist_ok=True)
 
+    def start_operator(module: str, env: dict[str, str]) -> OperatorProcess:
+        process = OperatorProcess(module, str(cluster.kubeconfig), log_dir, namespaces=[NAMESPACE], env=env)
+        operators.append(process.start())
+        say(f"  operator {module:<20} logs in {log_dir}, metrics on 127.0.0.1:{process.metrics_port}/metrics")
+        return process
 
-async def allocate(kube: Kube) -> None:
-    pool = {
-        "apiVersion": kinds.IPPOOL.resource.api_version,
-        "kind": "IPPool",
-        "metadata": {"name": "demo-pool"},
-        "spec": {"addresses": ["192.0.2.10-192.0.2.20"], "prefix": 24, "gateway": "192.0.2.1"},
-    }
-    await kube.create_or_get(kinds.IPPOOL.resource, pool, NAMESPACE)
-    for name in CLAIMS:
-        claim_body: dict[str, Any] = {
-            "apiVersion": resources.IP_ADDRESS_CLAIMS.api_version,
-            "kind": "IPAddressClaim",
-            "metadata": {"name": name},
-            "spec": {"poolRef": {"apiGroup": kinds.IPAM_GROUP, "kind": "IPPool", "name": "demo-pool"}},
-        }
-        await kube.create_or_get(resources.IP_ADDRESS_CLAIMS, claim_body, NAMESPACE)
-
-    async def all_bound() -> list[dict[str, Any]] | None:
-        found = [await kube.get(resources.IP_ADDRESS_CLAIMS, name, NAMESPACE) for name in CLAIMS]
-        bound = [c for c in found if c and ((c.get("status") or {}).get("addressRef") or {}).get("name")]
-        return bound if len(bound) == len(CLAIMS) else None
-
-    claims = await eventually("every claim to be bound", all_bound, within=60)
-
-    async def counted() -> dict[str, Any] | None:
-        found = await kube.get(kinds.IPPOOL.resource, "demo-pool", NAMESPACE)
-        counts = ((found or {}).get("status") or {}).get("ipAddresses") or {}
-        return found if counts.get("used") == len(CLAIMS) else None
-
-    pool_now = await eventually("the pool's counts", counted, within=30)
-    counts = pool_now["status"]["ipAddresses"]
-    say(f"IPPool {NAMESPACE}/demo-pool  total={counts['total']} used={counts['used']} free={counts['free']}")
-    say(f"│   {condition_line(pool_now)}")
-    for claim in claims:
-        address = await kube.get(resources.IP_ADDRESSES, claim["metadata"]["name"], NAMESPACE)
-        spec: dict[str, Any] = (address or {}).get("spec") or {}
-        say(f"├── IPAddressClaim {claim['metadata']['name']}")
-        say(f"│   │   {condition_line(claim)}")
-        say(f"│   └── IPAddress {spec.get('address')}/{spec.get('prefix')} gateway {spec.get('gateway')}")
-    say()
-
-
-async def show(kubeconfig: Path) -> None:
-    async with Kube.connect("capfleet-demo", str(kubeconfig)) as kube:
-        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
-        await kube.create_or_get(resources.NAMESPACES, namespace)
-        say("1. The API refuses invalid objects with a readable message (validation from the models):")
-        for invalid in samples.invalid_samples():
-            say(f"   - {invalid.name}: {await rejection(kube, invalid)}")
-        say()
-        say("2. ipam-address serves CAPI IPAddressClaims from an in-cluster IPPool (the embedded default):")
-        await allocate(kube)
+    try:
+        async with Kube.connect("capfleet-demo", str(cluster.kubeconfig)) as kube:
+            namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+            await kube.create_or_get(resources.NAMESPACES, namespace)
+            async with open_site(
+                kube=kube,
+                namespace=NAMESPACE,
+                control_plane=cluster,
+                hypervisor=hypervisor,
+                vm_image=ensure_test_image(),
+                pxe_lab=lab,
+                servers=lab.define_servers(1, prefix="demo"),
+                netboot=ensure_netboot_image(),
+                netbox=netbox,
+                start_operator=start_operator,
+                workdir=workdir,
+                cluster_name=CLUSTER,
+            ) as site:
+                say(f"\nApplying {DEMO_MANIFEST} (variables filled in) in namespace {NAMESPACE}:")
+                say(site.apply(site.manifest()))
+                started = time.monotonic()
+                say("Waiting for the control-plane VM, then the bare-metal worker (minutes without KVM)...")
+                await site.bring_up()
+                say(f"Both machines provisioned {time.monotonic() - started:.0f} s after kubectl apply.\n")
+                say(await cluster_tree(kube, NAMESPACE, CLUSTER))
+                kubectl = cluster.kubectl.binary
+                say("\nLook around while this runs:")
+                say(f"  export KUBECONFIG={cluster.kubeconfig}")
+                say(f"  {kubectl} get cluster-api,capfleet -n {NAMESPACE}")
+                say(f"  {kubectl} describe hybridmachines -n {NAMESPACE}")
+                say(f"  NetBox: {netbox.url}   operator logs: {log_dir}")
+                if sys.stdin.isatty() and not os.environ.get("CI"):
+                    await asyncio.to_thread(input, "\nPress Enter to delete the cluster and tear down. ")
+                say("Deleting the Cluster: VM destroyed, server powered off, device and IPs released...")
+    finally:
+        for process in operators:
+            process.stop()
+        hypervisor.stop()
+    say("Torn down: nothing left in libvirt, NetBox or on the BMC; every process stopped.")
 
 
 def main() -> None:
-    say(
-        "capfleet demo. What works today: the API, the shared runtime, and ipam-address allocating addresses."
-    )
-    say("Not yet: VMs (libvirt-vm), bare metal (netbox-device, baremetal-provision) and the CAPI glue;")
-    say("their operators start and serve probes and metrics, but do not reconcile anything yet.\n")
-    cluster = start_cluster()
-    operators: list[OperatorProcess] = []
-    try:
-        say(f"Control plane: {cluster.server}  (kubeconfig {cluster.kubeconfig})")
-        log_dir = artifacts_dir() / "demo-operators"
-        log_dir.mkdir(parents=True, exist_ok=True)
-        for module in OPERATOR_MODULES:
-            operators.append(OperatorProcess(module, str(cluster.kubeconfig), log_dir).start())
-            say(
-                f"  operator {module:<20} live on 127.0.0.1:{operators[-1].health_port}/healthz, "
-                f"metrics on 127.0.0.1:{operators[-1].metrics_port}/metrics"
-            )
-        say()
-        asyncio.run(show(cluster.kubeconfig))
-        kubectl = getattr(cluster.kubectl, "binary", "kubectl")
-        say("Look around while this runs:")
-        say(f"  export KUBECONFIG={cluster.kubeconfig}")
-        say(f"  {kubectl} get ippools,ipaddressclaims,ipaddresses -n {NAMESPACE}")
-        say(f"  {kubectl} explain hybridmachine.spec   # the generated API, with descriptions")
-        say(f"  operator logs: {log_dir}")
-        if sys.stdin.isatty() and not os.environ.get("CI"):
-            input("\nPress Enter to tear everything down. ")
-        say("Torn down: operators and control plane stopped, temporary files removed.")
-    finally:
-        for operator in operators:
-            operator.stop()
-        cluster.stop()
+    say("capfleet demo: a hybrid cluster (one VM control plane, one bare-metal worker) with Cluster API.\n")
+    if os.environ.get("CAPFLEET_TEST_KUBECONFIG"):
+        say("(CAPFLEET_TEST_KUBECONFIG is ignored: the demo runs CAPI's managers on its own control plane.)")
+    with contextlib.ExitStack() as stack:
+        cluster = stack.enter_context(ControlPlane())
+        say(f"Control plane: {cluster.server}")
+        stack.enter_context(CapiManagers(cluster))
+        say("Cluster API v1.11 managers: core, kubeadm bootstrap, kubeadm control plane")
+        netbox = stack.enter_context(demo_netbox())
+        say(f"NetBox: {netbox.url} ({'real' if netbox.real else 'API test server'})")
+        lab = stack.enter_context(PxeLab("demo"))
+        say("PXE network with dnsmasq and the Redfish emulator: up")
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="capfleet-demo-")))
+        asyncio.run(run(cluster, netbox, lab, workdir))
 
 
 if __name__ == "__main__":

@@ -97,8 +97,13 @@ def secret(name: str, data: Mapping[str, str | bytes]) -> dict[str, Any]:
     }
 
 
+def _quiet_libvirt(_context: object, _error: object) -> None:
+    """libvirt prints every error to stderr by default, including the lookups that are expected to fail."""
+
+
 def ensure_base_image(hv: Hypervisor, image: TestImage) -> None:
     """The test image's boot disk as volume BASE_IMAGE in the hypervisor's pool (once)."""
+    libvirt.registerErrorHandler(_quiet_libvirt, None)
     conn = hv.connect()
     try:
         pool = conn.storagePoolLookupByName(hv.pool_name)
@@ -295,6 +300,8 @@ class HybridSite:
     workload: WorkloadAPIServer
     callbacks: Callbacks
     variables: dict[str, str]
+    operators: dict[str, Any]
+    """What `start_operator` returned for each operator module (the suites' OperatorProcess)."""
 
     def manifest(self, path: Path = DEMO_MANIFEST) -> str:
         return render(path.read_text(), self.variables)
@@ -387,8 +394,10 @@ async def open_site(
         baremetal, boot_url = baremetal_env(pxe_lab, boot_files(netboot, workdir / "boot"))
         workload = WorkloadAPIServer(control_plane, cluster_name).start()
         await kube.create(resources.SECRETS, workload.ca_secret(namespace), namespace)
-        for operator, env in OPERATOR_ENV.items():
-            start_operator(operator, baremetal if operator == "baremetal_provision" else env)
+        operators = {
+            operator: start_operator(operator, baremetal if operator == "baremetal_provision" else env)
+            for operator, env in OPERATOR_ENV.items()
+        }
         variables = cluster_variables(
             cluster_name=cluster_name,
             endpoint=(workload.host, workload.port),
@@ -410,6 +419,7 @@ async def open_site(
             workload,
             callbacks,
             variables,
+            operators,
         )
         try:
             yield site

@@ -64,17 +64,25 @@ def facts(obj: dict[str, Any]) -> str:
     return "  ".join(parts)
 
 
+# CAPI's conditions whose normal state is False: shown only when True.
+NEGATIVE = frozenset({"Paused", "Deleting", "ScalingUp", "ScalingDown", "Remediating", "RollingOut"})
+
+
 def conditions_text(obj: dict[str, Any]) -> list[str]:
-    """One entry per condition: `Type ✓`, or `Type ✗ Reason: message` when it is not True."""
-    lines = []
+    """`✓ A, B, C` for the conditions in their good state, then one line per other condition with its
+    reason and message (CAPI's multi-line messages folded onto that line)."""
+    good, other = [], []
     for condition in (obj.get("status") or {}).get("conditions") or []:
-        if condition["status"] == "True":
-            lines.append(f"{condition['type']} ✓")
-        else:
-            mark = "✗" if condition["status"] == "False" else "?"
-            message = f": {condition['message']}" if condition.get("message") else ""
-            lines.append(f"{condition['type']} {mark} {condition.get('reason', '')}{message}")
-    return lines
+        negative = condition["type"] in NEGATIVE
+        if (condition["status"] == "True") != negative:
+            good.append(condition["type"])
+            continue
+        mark = {"True": "!", "False": "✗"}.get(condition["status"], "?")
+        message = " ".join(str(condition.get("message") or "").split())
+        other.append(
+            f"{mark} {condition['type']}: {condition.get('reason', '')}{': ' + message if message else ''}"
+        )
+    return ([f"✓ {', '.join(good)}"] if good else []) + other
 
 
 async def cluster_tree(kube: Kube, namespace: str, cluster: str) -> str:
@@ -84,9 +92,10 @@ async def cluster_tree(kube: Kube, namespace: str, cluster: str) -> str:
         objects += await kube.list(resource, namespace)
     children: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for obj in objects:
-        for ref in obj["metadata"].get("ownerReferences") or []:
-            if ref.get("controller"):
-                children[ref["uid"]].append(obj)
+        refs = obj["metadata"].get("ownerReferences") or []
+        parent = next((r for r in refs if r.get("controller")), refs[0] if refs else None)
+        if parent is not None:
+            children[parent["uid"]].append(obj)
     roots = [o for o in objects if o["kind"] == "Cluster" and o["metadata"]["name"] == cluster]
     lines: list[str] = []
 

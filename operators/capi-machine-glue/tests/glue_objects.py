@@ -98,6 +98,7 @@ async def create_machine(
     *,
     control_plane: bool,
     data_secret: str | None = None,
+    failure_domain: str | None = None,
 ) -> dict[str, Any]:
     """A Machine and the HybridMachine it owns, as CAPI clones them; returns the HybridMachine."""
     labels = {CLUSTER_LABEL: cluster}
@@ -110,6 +111,8 @@ async def create_machine(
         else {"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfig", "name": name}},
         "infrastructureRef": {"apiGroup": kinds.INFRASTRUCTURE_GROUP, "kind": "HybridMachine", "name": name},
     }
+    if failure_domain:
+        machine_spec["failureDomain"] = failure_domain
     machine = await kube.create(
         MACHINES,
         {

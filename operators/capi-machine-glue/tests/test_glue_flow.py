@@ -264,3 +264,93 @@ async def test_machine_without_a_machine_owner_says_so(
     found = await machine_condition(kube, namespace, "orphan", "Ready", "WaitingForMachine")
     assert found["message"] == "ClusterInfrastructureReady: no CAPI Machine owns this HybridMachine yet"
     assert condition(await kube.get(HYBRID_MACHINES, "orphan", namespace), "Paused") is not None
+
+
+async def test_control_plane_vip_comes_from_a_pool_and_is_released_with_the_cluster(
+    kube: Kube, namespace: str, run_operator: RunOperator
+) -> None:
+    await create_pool(kube, namespace)
+    spec = {"controlPlaneEndpointPoolRef": POOL}
+    await create_cluster(kube, namespace, "c1", **spec)
+    run_operator("ipam_address", namespaces=[namespace])
+    run_operator("capi_machine_glue", namespaces=[namespace], env=GLUE_ENV)
+
+    async def endpoint() -> dict[str, Any] | None:
+        found = await kube.get(HYBRID_CLUSTERS, "c1", namespace)
+        provisioned = ((found or {}).get("status") or {}).get("initialization", {}).get("provisioned")
+        return found if provisioned else None
+
+    cluster = await eventually("the VIP allocated and the HybridCluster provisioned", endpoint)
+    claim = await kube.get(CLAIMS, names.endpoint_claim("c1"), namespace)
+    assert claim is not None
+    address = await kube.get(resources.IP_ADDRESSES, claim["status"]["addressRef"]["name"], namespace)
+    assert address is not None
+    assert cluster["spec"]["controlPlaneEndpoint"] == {"host": address["spec"]["address"], "port": 6443}
+    assert condition(cluster, "ControlPlaneEndpointReady")["reason"] == "Allocated"  # type: ignore[index]
+
+    await kube.delete(HYBRID_CLUSTERS, "c1", namespace)
+
+    async def released() -> bool:
+        return await kube.get(CLAIMS, names.endpoint_claim("c1"), namespace) is None and (
+            await kube.get(HYBRID_CLUSTERS, "c1", namespace) is None
+        )
+
+    await eventually("the VIP released and the HybridCluster gone", released)
+
+
+async def test_externally_managed_cluster_is_left_alone(
+    kube: Kube, namespace: str, run_operator: RunOperator
+) -> None:
+    await create_cluster(kube, namespace, "ext", **CLUSTER_SPEC)
+    await kube.patch(
+        HYBRID_CLUSTERS,
+        "ext",
+        {"metadata": {"annotations": {"cluster.x-k8s.io/managed-by": "someone"}}},
+        namespace,
+    )
+    await create_cluster(kube, namespace, "own", **CLUSTER_SPEC)
+    run_operator("capi_machine_glue", namespaces=[namespace], env=GLUE_ENV)
+    await eventually(
+        "the glue to reconcile its own cluster", lambda: _provisioned_cluster(kube, namespace, "own")
+    )
+    external = await kube.get(HYBRID_CLUSTERS, "ext", namespace)
+    assert external is not None
+    assert "status" not in external or not external["status"], "the glue wrote to a managed-by cluster"
+    assert "capi-machine-glue.capfleet.dev/finalizer" not in (external["metadata"].get("finalizers") or [])
+
+
+async def _provisioned_cluster(kube: Kube, namespace: str, name: str) -> bool:
+    found = await kube.get(HYBRID_CLUSTERS, name, namespace)
+    return bool(((found or {}).get("status") or {}).get("initialization", {}).get("provisioned"))
+
+
+async def test_lost_status_is_rebuilt_from_children_and_failure_domain_reaches_the_vm(
+    kube: Kube, namespace: str, run_operator: RunOperator
+) -> None:
+    await create_pool(kube, namespace)
+    await create_cluster(kube, namespace, "c1", **CLUSTER_SPEC)
+    await set_cluster_status(kube, namespace, "c1", infrastructureProvisioned=True)
+    await create_machine(
+        kube, namespace, "cp-0", "c1", VM_SPEC, control_plane=True, data_secret="d", failure_domain="fd-a"
+    )
+    run_operator("ipam_address", namespaces=[namespace])
+    run_operator("capi_machine_glue", namespaces=[namespace], env=GLUE_ENV)
+    vm = await child(kube, LIBVIRT_VMS, namespace, "cp-0")
+    assert vm["spec"]["failureDomain"] == "fd-a"
+    vm_status = {"providerID": "capfleet://vm/hv/d", "conditions": [ready_condition("True", "Ready")]}
+    await kube.patch_status(LIBVIRT_VMS, "cp-0", vm_status, namespace)
+    await machine_condition(kube, namespace, "cp-0", "Ready", "Ready")
+    before = (await kube.get(HYBRID_MACHINES, "cp-0", namespace) or {})["status"]
+
+    await kube.patch_status(
+        HYBRID_MACHINES,
+        "cp-0",
+        {"conditions": None, "initialization": None, "addresses": None, "failureDomain": None},
+        namespace,
+    )
+    await machine_condition(kube, namespace, "cp-0", "Ready", "Ready")
+    after = (await kube.get(HYBRID_MACHINES, "cp-0", namespace) or {})["status"]
+    for key in ("initialization", "addresses", "failureDomain"):
+        assert after[key] == before[key], key
+    assert after["failureDomain"] == "fd-a"
+    assert len(await kube.list(CLAIMS, namespace)) == 1, "rebuilding the status claimed a second address"

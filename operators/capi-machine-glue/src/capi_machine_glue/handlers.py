@@ -73,7 +73,12 @@ async def delete_machine(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     await machines.delete(context(memo), body)
 
 
-@kopf.daemon(*HYBRID_CLUSTERS, cancellation_timeout=CANCELLATION_TIMEOUT)
+def ours(annotations: kopf.Annotations, **_: Any) -> bool:
+    """HybridClusters marked `cluster.x-k8s.io/managed-by` belong to someone else: no loop, no finalizer."""
+    return not clusters.externally_managed({"annotations": annotations})
+
+
+@kopf.daemon(*HYBRID_CLUSTERS, cancellation_timeout=CANCELLATION_TIMEOUT, when=ours)
 async def cluster_loop(
     name: str, namespace: str | None, memo: kopf.Memo, stopped: kopf.DaemonStopped, **_: Any
 ) -> None:
@@ -82,7 +87,7 @@ async def cluster_loop(
     await loops.run(ctx, Key(HYBRID_CLUSTER, _namespaced(namespace), name), reconcile, stopped)
 
 
-@kopf.on.delete(*HYBRID_CLUSTERS)
+@kopf.on.delete(*HYBRID_CLUSTERS, when=ours)
 @runtime.reconciler("HybridCluster")
 async def delete_cluster(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     await clusters.delete(context(memo), body)

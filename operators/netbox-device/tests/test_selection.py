@@ -90,7 +90,8 @@ def test_status_with_both_mac_models_and_bmc_address() -> None:
     interfaces: list[dict[str, Any]] = [
         {"name": "eno2", "mac_address": "52:54:00:00:00:02", "mgmt_only": False},  # before 4.2
         {"name": "eno1", "primary_mac_address": {"mac_address": "52:54:00:00:00:01"}, "mac_address": None},
-        {"name": "bmc", "mgmt_only": True, "mac_addresses": [{"mac_address": "52:54:00:00:00:0A"}]},  # as NetBox
+        # NetBox returns MACs in upper case.
+        {"name": "bmc", "mgmt_only": True, "mac_addresses": [{"mac_address": "52:54:00:00:00:0A"}]},
         {"name": "lo"},
     ]
     fields = device_status.device_fields(device(), interfaces)

@@ -30,11 +30,11 @@ from capfleet_e2e.baremetal.lab import PxeLab
 from capfleet_e2e.baremetal.servers import BareMetalServer
 from capfleet_e2e.capi import CapiManagers
 from capfleet_e2e.controlplane import ControlPlane
-from capfleet_e2e.fixtures import RunOperator
 from capfleet_e2e.libvirt.hypervisor import Hypervisor
 from capfleet_e2e.libvirt.image import TestImage
 from capfleet_e2e.netbox.fixtures import NetboxInstance
-from capfleet_e2e.site import HybridSite, domains_of, open_site
+from capfleet_e2e.serviceaccounts import RunOperatorAs, forbidden_requests
+from capfleet_e2e.site import OPERATOR_ENV, HybridSite, domains_of, open_site
 from capfleet_e2e.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -61,9 +61,10 @@ async def site(
     baremetal_servers: Callable[[int], list[BareMetalServer]],
     netboot_image: TestImage,
     netbox: NetboxInstance,
-    run_operator: RunOperator,
+    run_operator_as: RunOperatorAs,
     tmp_path: Path,
 ) -> AsyncIterator[HybridSite]:
+    """Every operator runs as its own ServiceAccount with exactly its kustomize base's RBAC."""
     async with open_site(
         kube=kube,
         namespace=namespace,
@@ -74,7 +75,9 @@ async def site(
         servers=baremetal_servers(2),
         netboot=netboot_image,
         netbox=netbox,
-        start_operator=lambda module, env: run_operator(module, namespaces=[namespace], env=env),
+        start_operator=lambda module, env: run_operator_as(
+            module, module.replace("_", "-"), namespaces=[namespace], env=env
+        ),
         workdir=tmp_path,
         cluster_name=CLUSTER,
     ) as found:
@@ -147,6 +150,13 @@ async def test_hybrid_cluster_is_provisioned_scaled_paused_and_deleted_without_l
     assert len(devices) == len(ours)
     assert [d["name"] for d in devices if (d.get("custom_fields") or {}).get("capfleet_owner")] == []
     assert {d["status"]["value"] for d in devices} == {"inventory"}
+    assert_no_forbidden_requests(site)
+
+
+def assert_no_forbidden_requests(site: HybridSite) -> None:
+    """No operator was refused anything by the apiserver: its base RBAC covered the whole flow."""
+    for module in OPERATOR_ENV:
+        assert forbidden_requests(site.cp, module.replace("_", "-")) == [], module
 
 
 async def _claimed_count_is(site: HybridSite, count: int) -> bool:
@@ -225,6 +235,7 @@ async def test_each_operator_killed_once_mid_provisioning_and_the_flow_completes
     assert len(owned) == 1
     [server] = (await site.claimed_servers()).values()
     assert server.serial_output().count("init started (network boot)") == 1, "the server booted twice"
+    assert_no_forbidden_requests(site)
 
 
 def _report(site: HybridSite) -> Callable[[], Awaitable[str | None]]:

@@ -122,6 +122,9 @@ def test_crd_metadata(kind: kinds.Kind[Any]) -> None:
     assert labels["clusterctl.cluster.x-k8s.io"] == ""
     assert labels["cluster.x-k8s.io/provider"] == "infrastructure-capfleet"
     assert (labels.get("cluster.x-k8s.io/v1beta2") == "v1alpha1") == kind.capi_contract
+    # IP pools are not owned by a Cluster; clusterctl moves them (and their addresses) by this label.
+    moved_whole = kind.kind in {"IPPool", "NetboxIPPool"}
+    assert ("clusterctl.cluster.x-k8s.io/move-hierarchy" in labels) == moved_whole
     names = crd["spec"]["names"]
     assert names["listKind"] == f"{resource.kind}List"
     assert names["shortNames"]

@@ -27,6 +27,16 @@ def test_pause_by_annotation_or_cluster_spec() -> None:
     assert pausing.condition(False) == Update.false("Paused", "NotPaused")
 
 
+def test_an_object_clusterctl_is_moving_away_is_hands_off_even_without_its_paused_annotation() -> None:
+    # clusterctl replaces every annotation by delete-for-move just before deleting the source object.
+    moving = {"annotations": {pausing.DELETE_FOR_MOVE_ANNOTATION: ""}}
+    assert pausing.moving(moving)
+    assert pausing.hands_off(moving)
+    assert pausing.hands_off({"annotations": {pausing.PAUSED_ANNOTATION: ""}})
+    assert not pausing.hands_off({"annotations": {"other": "x"}})
+    assert not pausing.annotated(moving)
+
+
 def test_child_metadata_links_owner_and_cluster_label() -> None:
     meta = ownership.child_metadata("m1-nic0", OWNER)
     assert meta["namespace"] == "ns"

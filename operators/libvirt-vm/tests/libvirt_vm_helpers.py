@@ -8,53 +8,24 @@ before the operator stops, so that no domain or volume outlives the test.
 from __future__ import annotations
 
 import base64
-import contextlib
 import secrets
 from typing import Any
-
-import libvirt
 
 from capfleet import resources
 from capfleet.api import kinds
 from capfleet.kube import Kube
-from capfleet_e2e.libvirt.bootdisk import boot_disk
-from capfleet_e2e.libvirt.hypervisor import Hypervisor, upload_volume
-from capfleet_e2e.libvirt.image import TestImage
+from capfleet_e2e.libvirt.hypervisor import Hypervisor
+from capfleet_e2e.site import BASE_IMAGE
 from capfleet_e2e.waiting import eventually
 
 HYPERVISORS = kinds.HYPERVISOR.resource
 VMS = kinds.LIBVIRT_VM.resource
-BASE_IMAGE = "capfleet-test-base.qcow2"
 # TCG: this machine's /dev/kvm cannot run these guests (emulation failure); production uses "auto".
 OPERATOR_ENV = {
     "CAPFLEET_HYPERVISOR_POLL_SECONDS": "2",
     "CAPFLEET_VM_POLL_SECONDS": "3",
     "CAPFLEET_LIBVIRT_DOMAIN_TYPE": "qemu",
 }
-
-
-def ensure_base_image(hv: Hypervisor, image: TestImage) -> None:
-    """The test image's boot disk as base image volume BASE_IMAGE in the hypervisor's pool (once)."""
-    conn = hv.connect()
-    try:
-        pool = conn.storagePoolLookupByName(hv.pool_name)
-        try:
-            pool.storageVolLookupByName(BASE_IMAGE)
-        except libvirt.libvirtError:
-            upload_volume(conn, hv.pool_name, BASE_IMAGE, boot_disk(image, "qcow2"), "qcow2")
-    finally:
-        conn.close()
-
-
-def remove_base_image(hv: Hypervisor) -> None:
-    """Remove BASE_IMAGE again: other suites expect the session's pools empty between tests."""
-    conn = hv.connect()
-    try:
-        pool = conn.storagePoolLookupByName(hv.pool_name)
-        with contextlib.suppress(libvirt.libvirtError):
-            pool.storageVolLookupByName(BASE_IMAGE).delete(0)
-    finally:
-        conn.close()
 
 
 def leftovers(hv: Hypervisor, namespace: str) -> tuple[list[str], list[str]]:

@@ -19,9 +19,7 @@ from libvirt_vm_helpers import (
     create_hypervisor,
     create_vm,
     delete_all,
-    ensure_base_image,
     leftovers,
-    remove_base_image,
     wait_condition,
 )
 
@@ -31,6 +29,7 @@ from capfleet_e2e.fixtures import RunOperator
 from capfleet_e2e.kubebin import artifacts_dir
 from capfleet_e2e.libvirt.hypervisor import Hypervisor
 from capfleet_e2e.libvirt.image import TestImage
+from capfleet_e2e.site import ensure_base_image, remove_base_image
 from capfleet_e2e.waiting import eventually
 
 pytestmark = [

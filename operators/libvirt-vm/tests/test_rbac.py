@@ -17,9 +17,7 @@ from libvirt_vm_helpers import (
     create_hypervisor,
     create_vm,
     delete_all,
-    ensure_base_image,
     leftovers,
-    remove_base_image,
     wait_condition,
 )
 
@@ -29,6 +27,7 @@ from capfleet_e2e.controlplane import Cluster
 from capfleet_e2e.libvirt.hypervisor import Hypervisor
 from capfleet_e2e.libvirt.image import TestImage
 from capfleet_e2e.serviceaccounts import RunOperatorAs, forbidden_requests
+from capfleet_e2e.site import ensure_base_image, remove_base_image
 
 pytestmark = pytest.mark.integration
 

@@ -18,9 +18,7 @@ from libvirt_vm_helpers import (
     create_hypervisor,
     create_vm,
     delete_all,
-    ensure_base_image,
     leftovers,
-    remove_base_image,
     user_data,
     wait_condition,
 )
@@ -30,6 +28,7 @@ from capfleet_e2e.callbacks import Callbacks
 from capfleet_e2e.fixtures import RunOperator
 from capfleet_e2e.libvirt.hypervisor import Hypervisor
 from capfleet_e2e.libvirt.image import TestImage, seed_from_serial
+from capfleet_e2e.site import ensure_base_image, remove_base_image
 from capfleet_e2e.waiting import eventually
 
 pytestmark = pytest.mark.integration

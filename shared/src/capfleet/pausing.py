@@ -14,11 +14,27 @@ from typing import Any
 from capfleet.conditions import PAUSED, Update
 
 PAUSED_ANNOTATION = "cluster.x-k8s.io/paused"
+DELETE_FOR_MOVE_ANNOTATION = "clusterctl.cluster.x-k8s.io/delete-for-move"
 
 
 def annotated(meta: Mapping[str, Any]) -> bool:
     """Whether the object itself carries the paused annotation (any value, as CAPI reads it)."""
     return PAUSED_ANNOTATION in (meta.get("annotations") or {})
+
+
+def moving(meta: Mapping[str, Any]) -> bool:
+    """Whether clusterctl move is deleting this object from the source cluster (its copy lives on)."""
+    return DELETE_FOR_MOVE_ANNOTATION in (meta.get("annotations") or {})
+
+
+def hands_off(meta: Mapping[str, Any]) -> bool:
+    """Whether a reconcile must leave the object (and what it stands for) untouched: paused, or moving.
+
+    clusterctl marks each source object by replacing *all* its annotations with delete-for-move, which
+    drops the paused annotation (and kopf's own records) just before the delete: without this check an
+    operator sees a "new" unpaused object and acts on hardware whose object now lives on the target.
+    """
+    return annotated(meta) or moving(meta)
 
 
 def cluster_paused(cluster: Mapping[str, Any] | None) -> bool:

@@ -104,7 +104,7 @@ async def reconcile(ctx: Context, body: Mapping[str, Any]) -> None:
     """Move the instance towards Provisioned (or Failed at its deadline); raises to retry."""
     meta, spec = body["metadata"], body.get("spec") or {}
     reporter = reporting.Reporter(ctx.kube, ctx.recorder, body)
-    if pausing.annotated(meta):
+    if pausing.hands_off(meta):
         await reporter.paused()
         return
     async with ctx.lock(meta):

@@ -17,7 +17,7 @@ from capfleet.api.hybrid_clusters import HybridClusterSpec
 from capfleet.conditions import Update
 from capi_machine_glue import names, summaries
 from capi_machine_glue.contexts import ADDRESSES, CLAIMS, CLUSTERS, HYBRID_CLUSTERS, Context, write_status
-from capi_machine_glue.machines import MOVE_ANNOTATION, ChildrenRemaining
+from capi_machine_glue.machines import ChildrenRemaining
 from capi_machine_glue.wakeups import HYBRID_CLUSTER, Key
 
 MANAGED_BY_ANNOTATION = "cluster.x-k8s.io/managed-by"
@@ -61,6 +61,8 @@ async def reconcile(ctx: Context, namespace: str, name: str) -> None:
     body = await ctx.kube.get(HYBRID_CLUSTERS, name, namespace)
     if body is None or body["metadata"].get("deletionTimestamp") or externally_managed(body["metadata"]):
         return
+    if pausing.moving(body["metadata"]):
+        return
     meta = body["metadata"]
     spec = kinds.HYBRID_CLUSTER.parse(body).spec
     cluster_name = cluster_owner(meta) or ownership.cluster_name(meta)
@@ -96,10 +98,13 @@ async def control_plane_endpoint(
 ) -> Update:
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
+    pool = spec.control_plane_endpoint_pool_ref
     if spec.control_plane_endpoint is not None:
         endpoint = spec.control_plane_endpoint
-        return Update.true(ENDPOINT, "Set", f"{endpoint.host}:{endpoint.port}")
-    pool = spec.control_plane_endpoint_pool_ref
+        text = f"{endpoint.host}:{endpoint.port}"
+        if pool is not None and claim is not None:  # written by an earlier reconcile from the VIP claim
+            return Update.true(ENDPOINT, "Allocated", f"{text} from {pool.kind} {pool.name}")
+        return Update.true(ENDPOINT, "Set", text)
     if pool is None:
         return Update.false(
             ENDPOINT,
@@ -132,7 +137,7 @@ async def control_plane_endpoint(
 async def delete(ctx: Context, body: Obj) -> None:
     """Release the VIP claim (if any) and wait for it; nothing for a move."""
     meta = body["metadata"]
-    if MOVE_ANNOTATION in (meta.get("annotations") or {}) or externally_managed(meta):
+    if pausing.moving(meta) or externally_managed(meta):
         return
     namespace = meta["namespace"]
     claim_name = names.endpoint_claim(meta["name"])

@@ -43,7 +43,6 @@ from capi_machine_glue.contexts import (
 )
 from capi_machine_glue.wakeups import HYBRID_MACHINE, Key
 
-MOVE_ANNOTATION = "clusterctl.cluster.x-k8s.io/delete-for-move"
 MACHINE_KIND = "Machine"
 CAPI_GROUP = "cluster.x-k8s.io"
 
@@ -168,7 +167,7 @@ async def family(ctx: Context, body: Obj, spec: HybridMachineSpec) -> Family:
 
 async def reconcile(ctx: Context, namespace: str, name: str) -> None:
     body = await ctx.kube.get(HYBRID_MACHINES, name, namespace)
-    if body is None or body["metadata"].get("deletionTimestamp"):
+    if body is None or body["metadata"].get("deletionTimestamp") or pausing.moving(body["metadata"]):
         return
     spec = kinds.HYBRID_MACHINE.parse(body).spec
     meta = body["metadata"]
@@ -396,7 +395,7 @@ async def _delete_owned(ctx: Context, body: Obj, targets: Sequence[tuple[Resourc
 async def delete(ctx: Context, body: Obj) -> None:
     """Delete the children, machine first, and wait until their operators have released everything."""
     meta = body["metadata"]
-    if MOVE_ANNOTATION in (meta.get("annotations") or {}):
+    if pausing.moving(meta):
         return
     namespace, name = meta["namespace"], meta["name"]
     spec = kinds.HYBRID_MACHINE.parse(body).spec

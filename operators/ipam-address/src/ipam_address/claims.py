@@ -55,7 +55,7 @@ def cluster_name(claim: Mapping[str, Any]) -> str | None:
 
 async def is_paused(kube: Kube, claim: Mapping[str, Any]) -> bool:
     """Paused by the claim's own annotation or by its Cluster; a Cluster that is gone pauses nothing."""
-    if pausing.annotated(claim["metadata"]):
+    if pausing.hands_off(claim["metadata"]):
         return True
     name = cluster_name(claim)
     if not name:

@@ -116,7 +116,7 @@ async def reconcile(ctx: Context, body: Mapping[str, Any]) -> None:
     namespace, name = meta["namespace"], meta["name"]
     if meta.get("deletionTimestamp"):
         return
-    if pausing.annotated(meta):
+    if pausing.hands_off(meta):
         await write_status(ctx, body, {}, [pausing.condition(True)], STEPS)
         return
     async with ctx.vm_lock(namespace, name):

@@ -63,7 +63,7 @@ def claimed_status(
 async def reconcile(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
     """The object's desired status after holding (or claiming) its device; raises to retry."""
     meta, spec = body["metadata"], body.get("spec") or {}
-    if pausing.annotated(meta):
+    if pausing.hands_off(meta):
         return reporting.status_with(body, {}, pausing.condition(True))
     devices = await ctx.clients.devices(ctx.kube, body)
     owner = selection.owner_of(ctx.settings.instance, meta)
@@ -89,7 +89,7 @@ async def repair(ctx: Context, body: Mapping[str, Any]) -> None:
     meta, status = body["metadata"], body.get("status") or {}
     if meta.get("deletionTimestamp") or status.get("deviceID") or status.get("conditions"):
         return
-    if pausing.annotated(meta):
+    if pausing.hands_off(meta):
         return
     try:
         devices = await ctx.clients.devices(ctx.kube, body)

@@ -25,7 +25,7 @@ def registered_status(body: Mapping[str, Any], vm_id: int) -> dict[str, Any]:
 
 async def reconcile(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
     meta = body["metadata"]
-    if pausing.annotated(meta):
+    if pausing.hands_off(meta):
         return reporting.status_with(body, {}, pausing.condition(True))
     nb = await ctx.clients.machines(ctx.kube, body)
     vm_id = await registering.register(
@@ -43,7 +43,7 @@ async def repair(ctx: Context, body: Mapping[str, Any]) -> None:
     meta, status = body["metadata"], body.get("status") or {}
     if meta.get("deletionTimestamp") or status.get("virtualMachineID") or status.get("conditions"):
         return
-    if pausing.annotated(meta):
+    if pausing.hands_off(meta):
         return
     try:
         nb = await ctx.clients.machines(ctx.kube, body)

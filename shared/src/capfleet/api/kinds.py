@@ -64,6 +64,9 @@ class Kind(Generic[ObjectT]):
     columns: tuple[PrinterColumn, ...] = ()
     capi_contract: bool = False
     """Whether this is a CAPI infrastructure kind, whose CRD carries the contract label."""
+    move_hierarchy: bool = False
+    """Whether clusterctl move takes every object of this kind and its descendants along (IP pools with
+    their addresses: a pool is not owned by a Cluster, yet its addresses belong to moved claims)."""
 
     @property
     def kind(self) -> str:
@@ -170,6 +173,7 @@ IPPOOL = Kind(
         PrinterColumn("Addresses", "string", ".spec.addresses", "Addresses to allocate from", 1),
         *ADDRESS_COUNT_COLUMNS,
     ),
+    move_hierarchy=True,
 )
 NETBOX_IPPOOL = Kind(
     Resource(IPAM_GROUP, VERSION, "netboxippools", "NetboxIPPool"),
@@ -177,6 +181,7 @@ NETBOX_IPPOOL = Kind(
     IPAM_ADDRESS,
     ("nbippool",),
     ADDRESS_COUNT_COLUMNS,
+    move_hierarchy=True,
 )
 NETBOX_DEVICE = Kind(
     Resource(NETBOX_GROUP, VERSION, "netboxdevices", "NetboxDevice"),

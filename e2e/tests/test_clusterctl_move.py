@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,11 +42,8 @@ from capfleet_e2e.baremetal.lab import PxeLab
 from capfleet_e2e.baremetal.servers import BareMetalServer
 from capfleet_e2e.capi import CapiManagers
 from capfleet_e2e.controlplane import ControlPlane
-from capfleet_e2e.fixtures import RunOperator
 from capfleet_e2e.kubebin import artifacts_dir
-from capfleet_e2e.libvirt.hypervisor import Hypervisor
 from capfleet_e2e.libvirt.image import TestImage
-from capfleet_e2e.netbox.fixtures import NetboxInstance
 from capfleet_e2e.operators import OperatorProcess
 from capfleet_e2e.site import (
     OPERATOR_ENV,
@@ -55,7 +52,6 @@ from capfleet_e2e.site import (
     baremetal_env,
     boot_files,
     domains_of,
-    open_site,
 )
 from capfleet_e2e.waiting import eventually
 
@@ -81,37 +77,11 @@ QUIET_SECONDS = 15.0
 
 
 @pytest.fixture
-async def site(
-    kube: Kube,
-    namespace: str,
-    control_plane: ControlPlane,
-    capi: CapiManagers,
-    hypervisors: list[Hypervisor],
-    test_image: TestImage,
-    pxe_lab: PxeLab,
-    baremetal_servers: Callable[[int], list[BareMetalServer]],
-    netboot_image: TestImage,
-    netbox: NetboxInstance,
-    run_operator: RunOperator,
-    tmp_path: Path,
-) -> AsyncIterator[HybridSite]:
+def site(hybrid_site: HybridSite, control_plane: ControlPlane) -> Iterator[HybridSite]:
+    """The session cluster as the source, with clusterctl's provider inventory."""
     clusterctl_move.install_inventory(control_plane.kubectl)
     try:
-        async with open_site(
-            kube=kube,
-            namespace=namespace,
-            control_plane=control_plane,
-            hypervisor=hypervisors[0],
-            vm_image=test_image,
-            pxe_lab=pxe_lab,
-            servers=baremetal_servers(2),
-            netboot=netboot_image,
-            netbox=netbox,
-            start_operator=lambda module, env: run_operator(module, namespaces=[namespace], env=env),
-            workdir=tmp_path,
-            cluster_name=CLUSTER,
-        ) as found:
-            yield found
+        yield hybrid_site
     finally:
         clusterctl_move.remove_inventory(control_plane.kubectl)
 

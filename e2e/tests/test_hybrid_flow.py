@@ -17,24 +17,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 
 from capfleet import pausing, resources
 from capfleet.api import kinds
-from capfleet.kube import Kube
-from capfleet_e2e.baremetal.lab import PxeLab
-from capfleet_e2e.baremetal.servers import BareMetalServer
-from capfleet_e2e.capi import CapiManagers
 from capfleet_e2e.controlplane import ControlPlane
-from capfleet_e2e.libvirt.hypervisor import Hypervisor
-from capfleet_e2e.libvirt.image import TestImage
-from capfleet_e2e.netbox.fixtures import NetboxInstance
-from capfleet_e2e.serviceaccounts import RunOperatorAs, forbidden_requests
-from capfleet_e2e.site import OPERATOR_ENV, HybridSite, domains_of, open_site
+from capfleet_e2e.serviceaccounts import forbidden_requests
+from capfleet_e2e.site import OPERATOR_ENV, HybridSite, domains_of
 from capfleet_e2e.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -50,38 +42,8 @@ SERVER_BOOT_SECONDS = 300
 
 
 @pytest.fixture
-async def site(
-    kube: Kube,
-    namespace: str,
-    control_plane: ControlPlane,
-    capi: CapiManagers,
-    hypervisors: list[Hypervisor],
-    test_image: TestImage,
-    pxe_lab: PxeLab,
-    baremetal_servers: Callable[[int], list[BareMetalServer]],
-    netboot_image: TestImage,
-    netbox: NetboxInstance,
-    run_operator_as: RunOperatorAs,
-    tmp_path: Path,
-) -> AsyncIterator[HybridSite]:
-    """Every operator runs as its own ServiceAccount with exactly its kustomize base's RBAC."""
-    async with open_site(
-        kube=kube,
-        namespace=namespace,
-        control_plane=control_plane,
-        hypervisor=hypervisors[0],
-        vm_image=test_image,
-        pxe_lab=pxe_lab,
-        servers=baremetal_servers(2),
-        netboot=netboot_image,
-        netbox=netbox,
-        start_operator=lambda module, env: run_operator_as(
-            module, module.replace("_", "-"), namespaces=[namespace], env=env
-        ),
-        workdir=tmp_path,
-        cluster_name=CLUSTER,
-    ) as found:
-        yield found
+def site(hybrid_site: HybridSite) -> HybridSite:
+    return hybrid_site
 
 
 def fleet_writes(cp: ControlPlane, after: int) -> list[str]:

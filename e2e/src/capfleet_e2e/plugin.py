@@ -97,6 +97,7 @@ def kubeconfig(control_plane: Cluster) -> Path:
 from capfleet_e2e.baremetal.fixtures import baremetal_servers, netboot_image, pxe_lab  # noqa: E402
 from capfleet_e2e.baremetal.ipmi import ipmi_bmcs  # noqa: E402
 from capfleet_e2e.fixtures import kube, namespace, run_operator  # noqa: E402  (fixtures of this plugin)
+from capfleet_e2e.hybrid_fixtures import hybrid_site  # noqa: E402
 from capfleet_e2e.libvirt.fixtures import hypervisors, test_image  # noqa: E402
 from capfleet_e2e.netbox.fixtures import netbox, netbox_server_factory  # noqa: E402
 from capfleet_e2e.serviceaccounts import run_operator_as  # noqa: E402
@@ -105,6 +106,7 @@ __all__ = [
     "baremetal_servers",
     "capi",
     "control_plane",
+    "hybrid_site",
     "hypervisors",
     "ipmi_bmcs",
     "kube",

@@ -36,7 +36,13 @@ CLUSTERS = resources.CAPI_CLUSTERS
 MACHINE_DEPLOYMENTS = resources.Resource(
     "cluster.x-k8s.io", "v1beta2", "machinedeployments", "MachineDeployment"
 )
-CAPFLEET_KINDS = (kinds.HYBRID_MACHINE, kinds.LIBVIRT_VM, kinds.NETBOX_DEVICE, kinds.BAREMETAL_INSTANCE)
+CAPFLEET_KINDS = (
+    kinds.HYBRID_MACHINE,
+    kinds.LIBVIRT_VM,
+    kinds.NETBOX_VIRTUAL_MACHINE,
+    kinds.NETBOX_DEVICE,
+    kinds.BAREMETAL_INSTANCE,
+)
 FLEET_GROUPS = ("capfleet.dev/", "infrastructure.cluster.x-k8s.io/", "ipam.cluster.x-k8s.io/")
 SERVER_BOOT_SECONDS = 300
 
@@ -74,6 +80,12 @@ async def test_hybrid_cluster_is_provisioned_scaled_paused_and_deleted_without_l
     addresses = {a["type"]: a["address"] for a in control_plane["status"]["addresses"]}
     assert addresses["InternalIP"].startswith("10.200.0.")
     assert f"{addresses['InternalIP']}/24" in report  # the allocated address reached network-config
+    # The VM is recorded in NetBox with its MAC and address.
+    [record] = await site.kube.list(kinds.NETBOX_VIRTUAL_MACHINE.resource, ns)
+    nb_vm = site.netbox.client.get(f"virtualization/virtual-machines/{record['status']['virtualMachineID']}")
+    assert nb_vm["cluster"]["name"] == site.variables["NETBOX_VM_CLUSTER"]
+    nb_ips = site.netbox.client.list_all("ipam/ip-addresses/", virtual_machine_id=nb_vm["id"])
+    assert [ip["address"] for ip in nb_ips] == [f"{addresses['InternalIP']}/24"]
     [worker] = await site.machines(False)
     assert worker["spec"]["providerID"].startswith("capfleet://metal/")
     claimed = await site.claimed_servers()
@@ -112,6 +124,9 @@ async def test_hybrid_cluster_is_provisioned_scaled_paused_and_deleted_without_l
     assert len(devices) == len(ours)
     assert [d["name"] for d in devices if (d.get("custom_fields") or {}).get("capfleet_owner")] == []
     assert {d["status"]["value"] for d in devices} == {"inventory"}
+    vm_cluster = site.variables["NETBOX_VM_CLUSTER"]
+    vms = site.netbox.client.list_all("virtualization/virtual-machines/")
+    assert [vm["name"] for vm in vms if (vm.get("cluster") or {}).get("name") == vm_cluster] == []
     assert_no_forbidden_requests(site)
 
 

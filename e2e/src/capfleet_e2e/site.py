@@ -213,12 +213,15 @@ def ensure_custom_fields(netbox: NetboxInstance) -> None:
             client.update("extras/custom-fields/", found[0]["id"], {"object_types": merged})
 
 
-def record_servers(netbox: NetboxInstance, servers: list[BareMetalServer], role: str) -> str:
-    """The lab's servers as free NetBox devices of `role` (status inventory, BMC URL, boot NIC eno1);
-    returns the role's slug as NetBox knows it (made unique per run)."""
+def record_servers(netbox: NetboxInstance, servers: list[BareMetalServer], role: str) -> tuple[str, str]:
+    """The lab's servers as free NetBox devices of `role` (status inventory, BMC URL, boot NIC eno1), and
+    a virtualization cluster for the VMs; returns the role's slug and the cluster's name as NetBox knows
+    them (made unique per run)."""
     ensure_custom_fields(netbox)
     netbox.seed(
         {
+            "cluster_types": [{"name": "libvirt", "slug": "libvirt"}],
+            "clusters": [{"name": "lab-vms", "type": "libvirt"}],
             "sites": [{"name": "lab", "slug": "lab"}],
             "manufacturers": [{"name": "qemu", "slug": "qemu"}],
             "device_roles": [{"name": role, "slug": role}],
@@ -238,7 +241,7 @@ def record_servers(netbox: NetboxInstance, servers: list[BareMetalServer], role:
             ],
         }
     )
-    return netbox.client.unique(role)
+    return netbox.client.unique(role), netbox.client.unique("lab-vms")
 
 
 def netbox_secret(netbox: NetboxInstance, name: str = "netbox") -> dict[str, Any]:
@@ -262,6 +265,7 @@ def cluster_variables(
     netboot: TestImage,
     site: str,
     worker_role: str,
+    netbox_vm_cluster: str,
     workers: int = 1,
 ) -> dict[str, str]:
     """The variables of deploy/examples/hybrid-demo.yaml for this site."""
@@ -275,6 +279,7 @@ def cluster_variables(
         "INSTALLER_INITRD_URL": f"{boot_url}/files/initrd",
         "INSTALLER_KERNEL_ARGS": "[" + ", ".join(f'"{a}"' for a in netboot.cmdline.split()) + "]",
         "WORKER_DEVICE_ROLE": worker_role,
+        "NETBOX_VM_CLUSTER": netbox_vm_cluster,
         "WORKER_MACHINE_COUNT": str(workers),
     }
 
@@ -388,7 +393,7 @@ async def open_site(
     callbacks = Callbacks()
     workload: WorkloadAPIServer | None = None
     try:
-        role = record_servers(netbox, servers, "worker")
+        role, vm_cluster = record_servers(netbox, servers, "worker")
         for body in (netbox_secret(netbox), bmc_secret(servers[0])):
             await kube.create(resources.SECRETS, body, namespace)
         baremetal, boot_url = baremetal_env(pxe_lab, boot_files(netboot, workdir / "boot"))
@@ -406,6 +411,7 @@ async def open_site(
             netboot=netboot,
             site=namespace,
             worker_role=role,
+            netbox_vm_cluster=vm_cluster,
         )
         site = HybridSite(
             namespace,

@@ -64,7 +64,7 @@ def facts(obj: dict[str, Any]) -> str:
     return "  ".join(parts)
 
 
-# CAPI's conditions whose normal state is False: shown only when True.
+# CAPI's conditions whose normal state is False: shown only when they are not False.
 NEGATIVE = frozenset({"Paused", "Deleting", "ScalingUp", "ScalingDown", "Remediating", "RollingOut"})
 
 
@@ -73,8 +73,10 @@ def conditions_text(obj: dict[str, Any]) -> list[str]:
     reason and message (CAPI's multi-line messages folded onto that line)."""
     good, other = [], []
     for condition in (obj.get("status") or {}).get("conditions") or []:
-        negative = condition["type"] in NEGATIVE
-        if (condition["status"] == "True") != negative:
+        if condition["type"] in NEGATIVE:
+            if condition["status"] == "False":
+                continue  # not paused, not deleting, not scaling: nothing to say
+        elif condition["status"] == "True":
             good.append(condition["type"])
             continue
         mark = {"True": "!", "False": "✗"}.get(condition["status"], "?")

@@ -1,0 +1,39 @@
+"""The demo's cluster tree: conditions summarised the way a person reads them."""
+
+from __future__ import annotations
+
+from capfleet_e2e.tree import conditions_text, facts
+
+
+def condition(type_: str, status: str, reason: str = "R", message: str = "") -> dict[str, str]:
+    return {"type": type_, "status": status, "reason": reason, "message": message}
+
+
+def test_good_conditions_fold_into_one_line_and_problems_keep_their_reason_and_message() -> None:
+    obj = {
+        "status": {
+            "conditions": [
+                condition("Ready", "True"),
+                condition("Paused", "False", "NotPaused"),
+                condition("Scheduled", "True"),
+                condition("Running", "False", "NoCapacity", "no Hypervisor has\n  1 vCPU free"),
+                condition("Deleting", "True", "Deleting", "waiting"),
+                condition("NodeHealthy", "Unknown", "InspectionFailed"),
+            ]
+        }
+    }
+    assert conditions_text(obj) == [
+        "✓ Ready, Scheduled",
+        "✗ Running: NoCapacity: no Hypervisor has 1 vCPU free",
+        "! Deleting: Deleting: waiting",
+        "? NodeHealthy: InspectionFailed",
+    ]
+
+
+def test_machine_facts_show_phase_provider_id_and_addresses() -> None:
+    machine = {
+        "kind": "Machine",
+        "spec": {"providerID": "capfleet://metal/7"},
+        "status": {"phase": "Provisioned", "addresses": [{"type": "InternalIP", "address": "10.0.0.2"}]},
+    }
+    assert facts(machine) == "phase=Provisioned  providerID=capfleet://metal/7  InternalIP=10.0.0.2"

@@ -191,7 +191,11 @@ async def test_kubeadm_control_plane_initializes_on_capfleet_infrastructure(
         async def control_plane_initialized() -> Obj | None:
             current = await kube.get(resources.CAPI_CLUSTERS, name, namespace)
             found = condition(current, "ControlPlaneInitialized")
-            return current if found and found["status"] == "True" else None
+            # CAPI may write the condition and status.initialization in separate updates: wait for both.
+            flag = (
+                ((current or {}).get("status") or {}).get("initialization", {}).get("controlPlaneInitialized")
+            )
+            return current if found and found["status"] == "True" and flag is True else None
 
         cluster = await eventually("the Cluster's ControlPlaneInitialized", control_plane_initialized, WITHIN)
         assert cluster["status"]["initialization"]["controlPlaneInitialized"] is True

@@ -8,12 +8,10 @@ which builds them on first use, as `ensure_kube_binaries` does for Kubernetes.
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
 from capfleet_e2e.crds import CAPI_VERSION
-from capfleet_e2e.kubebin import HarnessError, artifacts_dir, cache_root, find_go, repo_root
+from capfleet_e2e.kubebin import cache_root, ensure_built, repo_root
 
 __all__ = [
     "CAPI_BINARIES",
@@ -33,27 +31,13 @@ def capi_bin_dir(version: str = CAPI_VERSION) -> Path:
 
 def ensure_capi_binaries(version: str = CAPI_VERSION) -> Path:
     """The directory holding the CAPI managers and clusterctl, building them first if any is missing."""
-    bin_dir = capi_bin_dir(version)
-    if all(os.access(bin_dir / b, os.X_OK) for b in CAPI_BINARIES):
-        return bin_dir
-    script = repo_root() / _BUILD_SCRIPT
-    log = artifacts_dir() / "build-capi.log"
-    path = f"{Path(find_go()).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    with log.open("wb") as out:
-        result = subprocess.run(
-            ["bash", str(script)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "CAPI_VERSION": version, "PATH": path},
-            check=False,
-        )
-    missing = [b for b in CAPI_BINARIES if not os.access(bin_dir / b, os.X_OK)]
-    if result.returncode != 0 or missing:
-        raise HarnessError(
-            f"building Cluster API {version} with {script} failed (exit {result.returncode}, missing "
-            f"{missing}); see {log}. It needs Go >= 1.24 on PATH and access to the Go module proxy."
-        )
-    return bin_dir
+    return ensure_built(
+        f"Cluster API {version}",
+        capi_bin_dir(version),
+        CAPI_BINARIES,
+        repo_root() / _BUILD_SCRIPT,
+        {"CAPI_VERSION": version},
+    )
 
 
 def clusterctl_binary(version: str = CAPI_VERSION) -> Path:

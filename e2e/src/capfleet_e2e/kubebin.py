@@ -12,7 +12,7 @@ import datetime
 import os
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cache
 from pathlib import Path
 
@@ -64,29 +64,40 @@ def find_go() -> str:
     return found
 
 
-def ensure_kube_binaries(version: str = KUBE_VERSION) -> Path:
-    """The directory holding all Kubernetes binaries, building them first if any is missing."""
-    bin_dir = kube_bin_dir(version)
-    if all(os.access(bin_dir / b, os.X_OK) for b in KUBE_BINARIES):
+def ensure_built(
+    what: str, bin_dir: Path, binaries: Sequence[str], script: Path, env: Mapping[str, str]
+) -> Path:
+    """`bin_dir`, after running build `script` (with `env` added) if any of `binaries` is missing there."""
+    if all(os.access(bin_dir / b, os.X_OK) for b in binaries):
         return bin_dir
-    script = repo_root() / _BUILD_SCRIPT
-    log = artifacts_dir() / "build-kube.log"
+    log = artifacts_dir() / f"{script.stem}.log"
     path = f"{Path(find_go()).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     with log.open("wb") as out:
         result = subprocess.run(
             ["bash", str(script)],
             stdout=out,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "KUBE_VERSION": version, "PATH": path},
+            env={**os.environ, **env, "PATH": path},
             check=False,
         )
-    missing = [b for b in KUBE_BINARIES if not os.access(bin_dir / b, os.X_OK)]
+    missing = [b for b in binaries if not os.access(bin_dir / b, os.X_OK)]
     if result.returncode != 0 or missing:
         raise HarnessError(
-            f"building Kubernetes {version} with {script} failed (exit {result.returncode}, missing "
+            f"building {what} with {script} failed (exit {result.returncode}, missing "
             f"{missing}); see {log}. It needs Go >= 1.24 on PATH and access to the Go module proxy."
         )
     return bin_dir
+
+
+def ensure_kube_binaries(version: str = KUBE_VERSION) -> Path:
+    """The directory holding all Kubernetes binaries, building them first if any is missing."""
+    return ensure_built(
+        f"Kubernetes {version}",
+        kube_bin_dir(version),
+        KUBE_BINARIES,
+        repo_root() / _BUILD_SCRIPT,
+        {"KUBE_VERSION": version},
+    )
 
 
 def find_kubectl() -> Path:

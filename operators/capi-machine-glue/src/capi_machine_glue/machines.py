@@ -239,8 +239,7 @@ async def converge(
     allocations = await addresses(ctx, body, spec, facts, children, status)
     provider_id: str | None
     if spec.vm is not None:
-        netbox_record = specs.netbox_vm_spec(spec, cluster_spec, facts, allocations or {}) is not None
-        steps = summaries.steps(True, netbox_record)
+        steps = summaries.steps(True, specs.records_vms(cluster_spec))
         provider_id = await vm(ctx, body, spec, cluster_spec, facts, allocations, children, status)
         infrastructure_step = summaries.VM
     else:
@@ -344,13 +343,10 @@ async def metal(
     if children.device is None:
         device_spec = status.planned(summaries.DEVICE, lambda: specs.device_spec(spec, cluster, facts))
         children.device = await _ensure(ctx, NETBOX_DEVICES, body, facts.name, device_spec)
-    status.updates.append(summaries.child_ready(summaries.DEVICE, "NetboxDevice", children.device, "Claimed"))
+    device_update = summaries.child_ready(summaries.DEVICE, "NetboxDevice", children.device, "Claimed")
+    status.updates.append(device_update)
     device = NetboxDeviceStatus.model_validate(children.device.get("status") or {})
-    claimed = (
-        device.device_id is not None
-        and summaries.child_ready(summaries.DEVICE, "NetboxDevice", children.device, "Claimed").status
-        == "True"
-    )
+    claimed = device.device_id is not None and device_update.status == "True"
     if device.device_id is not None:
         status.fields["deviceID"] = device.device_id
     if children.instance is None:

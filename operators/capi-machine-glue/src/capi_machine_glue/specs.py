@@ -211,6 +211,11 @@ def hostname(machine: str, domain: str | None) -> str:
     return f"{machine}.{domain}" if domain else machine
 
 
+def records_vms(cluster: HybridClusterSpec) -> bool:
+    """Whether the cluster's VMs are recorded in NetBox: it needs a NetBox cluster or site to put them in."""
+    return cluster.netbox is not None and bool(cluster.netbox.cluster or cluster.netbox.site)
+
+
 def netbox_vm_spec(
     spec: HybridMachineSpec,
     cluster: HybridClusterSpec,
@@ -219,7 +224,7 @@ def netbox_vm_spec(
 ) -> dict[str, Any] | None:
     """The NetboxVirtualMachine of a VM machine; None when the cluster records no VMs in NetBox."""
     netbox = cluster.netbox
-    if netbox is None or not (netbox.cluster or netbox.site):
+    if netbox is None or not records_vms(cluster):
         return None
     vm = spec.vm
     assert vm is not None

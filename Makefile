@@ -5,12 +5,16 @@ UV := uv run --frozen
 PYTEST_ARGS ?=
 
 .PHONY: setup demo test lint typecheck crds crds-check clusterctl-components clusterctl-components-check \
-	images unit integration bench-ipam clean
+	images unit integration bench-ipam clean node-image
 
 setup:
 	bash hack/setup.sh
 
-## demo: start a local control plane with capfleet and show what exists today.
+## node-image: build capfleet's node image (Debian + kubelet/kubeadm + preloaded images) into ~/.cache/capfleet.
+node-image: setup
+	$(UV) python -m capfleet_e2e.nodeimage
+
+## demo: a cluster of real nodes on VMs, from kubectl apply to Nodes Ready, then torn down and checked.
 demo: setup
 	$(UV) python -m capfleet_e2e.demo
 

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kube-controller-manager and kubectl from the k8s.io/kubernetes Go module.
+# Builds Kubernetes binaries from the k8s.io/kubernetes Go module: by default kube-apiserver,
+# kube-controller-manager and kubectl (the test control plane); the node image asks for the rest of
+# kubeadm's set (kubelet, kubeadm, kube-scheduler, kube-proxy) through KUBE_BINARIES.
 #
 # `go install k8s.io/kubernetes/cmd/...@v` fails because the module replaces its staging modules with
 # local paths. So we write a wrapper module that requires k8s.io/kubernetes and replaces every staging
@@ -11,7 +13,7 @@ set -euo pipefail
 version="${KUBE_VERSION:-v1.33.13}"
 cache="${CAPFLEET_CACHE:-$HOME/.cache/capfleet}"
 out="$cache/kube/$version/bin"
-binaries=(kube-apiserver kube-controller-manager kubectl)
+read -r -a binaries <<<"${KUBE_BINARIES:-kube-apiserver kube-controller-manager kubectl}"
 
 have_all() { for b in "${binaries[@]}"; do [ -x "$out/$b" ] || return 1; done; }
 if have_all; then echo "kube $version: cached in $out"; exit 0; fi
@@ -36,17 +38,11 @@ mapfile -t staging < <(sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging
   echo
   for m in "${staging[@]}"; do echo "replace $m => $m $staging_version"; done
 } > go.mod
-cat > tools.go <<'GO'
-//go:build tools
-
-package tools
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-	_ "k8s.io/kubernetes/cmd/kubectl"
-)
-GO
+{
+  printf '//go:build tools\n\npackage tools\n\nimport (\n'
+  for b in "${binaries[@]}"; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$b"; done
+  printf ')\n'
+} > tools.go
 go mod tidy -e >/dev/null 2>&1 || true
 ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/client-go/pkg/version.gitVersion=$version -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
 for b in "${binaries[@]}"; do
@@ -55,4 +51,10 @@ for b in "${binaries[@]}"; do
   go build -trimpath -ldflags "$ldflags" -o "$out/$b.tmp" "k8s.io/kubernetes/cmd/$b"
   mv "$out/$b.tmp" "$out/$b"
 done
-"$out/kube-apiserver" --version
+for b in "${binaries[@]}"; do
+  case "$b" in
+    kubeadm) "$out/$b" version -o short ;;
+    kubectl) "$out/$b" version --client ;;
+    *) "$out/$b" --version ;;
+  esac
+done

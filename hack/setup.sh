@@ -15,6 +15,8 @@ apt_packages=(
   # Bare-metal servers (e2e/src/capfleet_e2e/baremetal): QEMU's iPXE ROMs network-boot them on a bridge
   # in a test network namespace (iproute2), with DHCP from dnsmasq (dnsmasq-base, above).
   ipxe-qemu iproute2
+  # The node image (e2e/src/capfleet_e2e/nodeimage): a Debian tree from mmdebstrap, made into a disk.
+  mmdebstrap
 )
 missing=()
 for p in "${apt_packages[@]}"; do

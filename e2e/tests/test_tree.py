@@ -30,6 +30,27 @@ def test_good_conditions_fold_into_one_line_and_problems_keep_their_reason_and_m
     ]
 
 
+def test_a_hybrid_machine_shows_how_long_each_step_took() -> None:
+    def done(type_: str, at: str) -> dict[str, str]:
+        return {**condition(type_, "True"), "lastTransitionTime": at}
+
+    machine = {
+        "kind": "HybridMachine",
+        "metadata": {"creationTimestamp": "2026-01-01T00:00:00Z"},
+        "status": {
+            "conditions": [
+                done("Ready", "2026-01-01T00:03:10Z"),
+                done("ClusterInfrastructureReady", "2026-01-01T00:00:01Z"),
+                done("BootstrapDataReady", "2026-01-01T00:00:31Z"),
+                done("VMProvisioned", "2026-01-01T00:03:10Z"),
+            ]
+        },
+    }
+    assert conditions_text(machine) == [
+        "✓ Ready, ClusterInfrastructureReady 1s, BootstrapDataReady 30s, VMProvisioned 2m39s"
+    ]
+
+
 def test_machine_facts_show_phase_provider_id_and_addresses() -> None:
     machine = {
         "kind": "Machine",

@@ -73,3 +73,24 @@ def test_summarize_treats_missing_step_as_unknown_and_all_true_as_ready() -> Non
     conds = conditions.apply([], Update.true("Scheduled", "Placed"), generation=1)
     assert conditions.summarize(conds, ["Scheduled", "Running"]).status == "Unknown"
     assert conditions.summarize(conds, ["Scheduled"]) == Update.true("Ready", "Ready")
+
+
+def test_step_durations_measure_each_true_step_from_the_one_before() -> None:
+    steps = ["A", "B", "C", "D"]
+    found = conditions.apply_all(
+        [],
+        [Update.true("A", "Done"), Update.true("B", "Done")],
+        generation=1,
+        now="2026-01-01T00:00:05Z",
+    )
+    found = conditions.apply(found, Update.true("C", "Done"), generation=1, now="2026-01-01T00:01:00Z")
+    found = conditions.apply(found, Update.false("D", "Waiting"), generation=1, now="2026-01-01T00:02:00Z")
+    durations = conditions.step_durations(found, steps, "2026-01-01T00:00:00Z")
+    assert durations == {"A": 5, "B": 0, "C": 55}
+
+
+def test_step_durations_skip_a_step_that_is_not_true_and_measure_the_next_from_the_last_done() -> None:
+    found = conditions.apply([], Update.true("A", "Done"), generation=1, now="2026-01-01T00:00:10Z")
+    found = conditions.apply(found, Update.unknown("B", "Pending"), generation=1, now="2026-01-01T00:00:20Z")
+    found = conditions.apply(found, Update.true("C", "Done"), generation=1, now="2026-01-01T00:00:30Z")
+    assert conditions.step_durations(found, ["A", "B", "C"], "2026-01-01T00:00:00Z") == {"A": 10, "C": 20}

@@ -1,16 +1,15 @@
-"""`make demo`: a hybrid cluster from `kubectl apply` to provisioned machines, on this machine alone.
+"""`make demo`: a Kubernetes cluster of real nodes on libvirt VMs, from `kubectl apply` to Nodes Ready.
 
 It starts what a data centre and a management cluster would have, all local and real: a control plane
-(etcd, kube-apiserver, kube-controller-manager), Cluster API's managers, a libvirtd behind sshd, a PXE
-network with a Redfish emulator and one bare-metal "server" (a QEMU VM), NetBox (the API test server
-seeded with that server, or the real NetBox in CAPFLEET_NETBOX_URL / CAPFLEET_NETBOX_TOKEN) and the five
-capfleet operators as subprocesses. Then it applies deploy/examples/hybrid-demo.yaml (one control-plane
-VM, one bare-metal worker, addresses from an in-cluster IPPool), waits until both machines are
-provisioned and prints the cluster as a tree with every object's conditions.
-
-The machines run capfleet's test OS: it reports the cloud-init data it received and idles. It has no
-kubelet, so the demo plays `kubeadm init` on a stand-in API server and no Node ever joins; the Machines
-stop at phase Provisioned. Interactive runs stay up until Enter; then everything is deleted and stopped.
+(etcd, kube-apiserver, kube-controller-manager), Cluster API's managers, two hypervisors (libvirtd
+behind sshd) whose VMs share a private lab network, and capfleet's glue, ipam-address and libvirt-vm as
+subprocesses. It renders deploy/clusterctl/cluster-template-vm.yaml (one control-plane VM, one worker
+VM, node addresses and the API's VIP from in-cluster IPPools) and applies it. The VMs boot capfleet's
+node image (built on first use: `make node-image`); real cloud-init runs Cluster API's `kubeadm init` and
+`kubeadm join`. The demo waits until both Nodes are Ready and both Machines Running, prints the workload
+cluster's Nodes, the Machines and the cluster tree, and says how to reach the workload cluster.
+Interactive runs stay up until Enter; then it deletes the cluster and checks that libvirt holds no
+domain or volume of it and that every address went back to its pool, and fails naming what was left.
 """
 
 from __future__ import annotations
@@ -21,53 +20,62 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from capfleet import resources
 from capfleet.kube import Kube
-from capfleet_e2e.baremetal.lab import PxeLab
-from capfleet_e2e.baremetal.netboot import ensure_netboot_image
+from capfleet_e2e.baremetal.netns import PxeNetwork
 from capfleet_e2e.capi import CapiManagers
 from capfleet_e2e.controlplane import ControlPlane
 from capfleet_e2e.kubebin import artifacts_dir
-from capfleet_e2e.libvirt.hypervisor import start_hypervisor
-from capfleet_e2e.libvirt.image import ensure_test_image
-from capfleet_e2e.netbox.fixtures import (
-    REAL_TOKEN_ENV,
-    REAL_URL_ENV,
-    NetboxInstance,
-    config_with_tokens,
-    instance_for,
-    real_netbox,
-)
-from capfleet_e2e.netbox.server import NetboxTestServer
+from capfleet_e2e.nodeimage.build import ensure_node_image
+from capfleet_e2e.nodesite import VM_TEMPLATE, NodeLab, NodeSite, open_node_site
 from capfleet_e2e.operators import OperatorProcess
-from capfleet_e2e.site import DEMO_MANIFEST, open_site
 from capfleet_e2e.tree import cluster_tree
+from capfleet_e2e.waiting import eventually
 
 NAMESPACE = "capfleet-demo"
-CLUSTER = "hybrid"
+CLUSTER = "demo"
 
 
 def say(text: str = "") -> None:
     print(text, flush=True)
 
 
-@contextlib.contextmanager
-def demo_netbox() -> Iterator[NetboxInstance]:
-    if os.environ.get(REAL_URL_ENV) and os.environ.get(REAL_TOKEN_ENV):
-        yield from real_netbox(None)
-        return
-    server = NetboxTestServer(config_with_tokens()).start()
-    try:
-        yield instance_for(server)
-    finally:
-        server.stop()
+class LeftBehind(RuntimeError):
+    """The cluster's deletion left something behind."""
 
 
-async def run(cluster: ControlPlane, netbox: NetboxInstance, lab: PxeLab, workdir: Path) -> None:
-    hypervisor = start_hypervisor("demo-hv", "fd-demo", pool_size_mib=2048)
+async def leftovers(site: NodeSite) -> list[str]:
+    """What the deleted cluster left: libvirt domains and volumes, addresses, claims."""
+    found = site.leftovers()
+    for resource in (resources.IP_ADDRESSES, resources.IP_ADDRESS_CLAIMS):
+        found += [f"{o['kind']} {o['metadata']['name']}" for o in await site.kube.list(resource, NAMESPACE)]
+    return found
+
+
+async def show(site: NodeSite, started: float) -> None:
+    say("Waiting for the control-plane Node, then the worker (minutes: the VMs run without KVM)...")
+    await eventually("the first Node to be Ready", lambda: site.ready_nodes(1), 1800, 10)
+    say(f"  first Node Ready {time.monotonic() - started:.0f} s after kubectl apply")
+    await eventually("both Nodes to be Ready", lambda: site.ready_nodes(2), 1200, 10)
+    await eventually("both Machines to be Running", lambda: site.running(2), 600, 3)
+    took = time.monotonic() - started
+    say(f"  both Nodes Ready and both Machines Running {took:.0f} s after kubectl apply\n")
+    say("$ kubectl get nodes -o wide      # the workload cluster")
+    say(site.workload("get", "nodes", "-o", "wide"))
+    say(f"$ kubectl get machines -n {NAMESPACE}      # the management cluster")
+    say(site.cp.kubectl("get", "machines", "-n", NAMESPACE))
+    say(await cluster_tree(site.kube, NAMESPACE, CLUSTER))
+    say("\nLook around while this runs:")
+    say(f"  workload cluster:   export KUBECONFIG={site.workload.kubeconfig}; kubectl get pods -A")
+    say(f"                      (its API at {site.access.server} is relayed to the VIP")
+    say(f"                      {site.variables['CONTROL_PLANE_ENDPOINT_HOST']}:6443 inside the lab network)")
+    say(f"  management cluster: export KUBECONFIG={site.cp.kubeconfig}; kubectl get cluster-api,capfleet -A")
+    say(f"  console logs of the VMs: {artifacts_dir() / 'libvirt'}/*/qemu/*-console.log")
+
+
+async def run(cluster: ControlPlane, lab: NodeLab, workdir: Path) -> None:
     operators: list[OperatorProcess] = []
     log_dir = artifacts_dir() / "demo-operators"
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -78,62 +86,58 @@ async def run(cluster: ControlPlane, netbox: NetboxInstance, lab: PxeLab, workdi
         say(f"  operator {module:<20} logs in {log_dir}, metrics on 127.0.0.1:{process.metrics_port}/metrics")
         return process
 
+    left: list[str] = []
     try:
         async with Kube.connect("capfleet-demo", str(cluster.kubeconfig)) as kube:
             namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
             await kube.create_or_get(resources.NAMESPACES, namespace)
-            async with open_site(
+            async with open_node_site(
                 kube=kube,
                 namespace=NAMESPACE,
                 control_plane=cluster,
-                hypervisor=hypervisor,
-                vm_image=ensure_test_image(),
-                pxe_lab=lab,
-                servers=lab.define_servers(1, prefix="demo"),
-                netboot=ensure_netboot_image(),
-                netbox=netbox,
+                lab=lab,
                 start_operator=start_operator,
                 workdir=workdir,
                 cluster_name=CLUSTER,
             ) as site:
-                say(f"\nApplying {DEMO_MANIFEST} (variables filled in) in namespace {NAMESPACE}:")
+                say(f"\nApplying {VM_TEMPLATE} (variables filled in) in namespace {NAMESPACE}.")
                 say(site.apply(site.manifest()))
-                started = time.monotonic()
-                say("Waiting for the control-plane VM, then the bare-metal worker (minutes without KVM)...")
-                await site.bring_up()
-                say(f"Both machines provisioned {time.monotonic() - started:.0f} s after kubectl apply.\n")
-                say(await cluster_tree(kube, NAMESPACE, CLUSTER))
-                kubectl = cluster.kubectl.binary
-                say("\nLook around while this runs:")
-                say(f"  export KUBECONFIG={cluster.kubeconfig}")
-                say(f"  {kubectl} get cluster-api,capfleet -n {NAMESPACE}")
-                say(f"  {kubectl} describe hybridmachines -n {NAMESPACE}")
-                say(f"  NetBox: {netbox.url}   operator logs: {log_dir}")
+                await show(site, time.monotonic())
                 if sys.stdin.isatty() and not os.environ.get("CI"):
                     await asyncio.to_thread(input, "\nPress Enter to delete the cluster and tear down. ")
-                say("Deleting the Cluster: VM destroyed, server powered off, device and IPs released...")
+                say("Deleting the Cluster: Nodes drained, VMs destroyed, volumes and addresses released...")
+                await site.delete_cluster()
+                left = await leftovers(site)
     finally:
         for process in operators:
             process.stop()
-        hypervisor.stop()
-    say("Torn down: nothing left in libvirt, NetBox or on the BMC; every process stopped.")
+    if left:
+        raise LeftBehind("the cluster's deletion left: " + "; ".join(left))
+    say("Torn down and checked: no domain or volume of the cluster in libvirt, no address or claim left.")
 
 
 def main() -> None:
-    say("capfleet demo: a hybrid cluster (one VM control plane, one bare-metal worker) with Cluster API.\n")
+    say("capfleet demo: a Kubernetes cluster of real nodes (a control-plane VM and a worker VM).\n")
     if os.environ.get("CAPFLEET_TEST_KUBECONFIG"):
         say("(CAPFLEET_TEST_KUBECONFIG is ignored: the demo runs CAPI's managers on its own control plane.)")
+    image = ensure_node_image(progress=say)
+    say(f"Node image: {image.qcow2}")
     with contextlib.ExitStack() as stack:
         cluster = stack.enter_context(ControlPlane())
         say(f"Control plane: {cluster.server}")
         stack.enter_context(CapiManagers(cluster))
         say("Cluster API v1.11 managers: core, kubeadm bootstrap, kubeadm control plane")
-        netbox = stack.enter_context(demo_netbox())
-        say(f"NetBox: {netbox.url} ({'real' if netbox.real else 'API test server'})")
-        lab = stack.enter_context(PxeLab("demo"))
-        say("PXE network with dnsmasq and the Redfish emulator: up")
+        network = stack.enter_context(PxeNetwork())
+        lab = NodeLab(network, image.qcow2).start()
+        stack.callback(lab.stop)
+        say(f"Lab network {network.network} in namespace {network.name}, hypervisors: "
+            + ", ".join(hv.name for hv in lab.hypervisors))  # fmt: skip
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="capfleet-demo-")))
-        asyncio.run(run(cluster, netbox, lab, workdir))
+        try:
+            asyncio.run(run(cluster, lab, workdir))
+        except LeftBehind as e:
+            say(f"\nFAILED: {e}")
+            sys.exit(1)
 
 
 if __name__ == "__main__":

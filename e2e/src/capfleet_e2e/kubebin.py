@@ -18,6 +18,8 @@ from pathlib import Path
 
 KUBE_VERSION = "v1.33.13"
 KUBE_BINARIES = ("kube-apiserver", "kube-controller-manager", "kubectl")
+# What a kubeadm node needs besides: the node image's binaries and its control-plane container images.
+NODE_KUBE_BINARIES = (*KUBE_BINARIES, "kube-scheduler", "kube-proxy", "kubelet", "kubeadm")
 _BUILD_SCRIPT = Path("hack") / "build-kube.sh"
 _GO_FALLBACK = "/usr/local/go/bin"
 
@@ -89,14 +91,14 @@ def ensure_built(
     return bin_dir
 
 
-def ensure_kube_binaries(version: str = KUBE_VERSION) -> Path:
-    """The directory holding all Kubernetes binaries, building them first if any is missing."""
+def ensure_kube_binaries(version: str = KUBE_VERSION, binaries: Sequence[str] = KUBE_BINARIES) -> Path:
+    """The directory holding the Kubernetes `binaries`, building them first if any is missing."""
     return ensure_built(
         f"Kubernetes {version}",
         kube_bin_dir(version),
-        KUBE_BINARIES,
+        binaries,
         repo_root() / _BUILD_SCRIPT,
-        {"KUBE_VERSION": version},
+        {"KUBE_VERSION": version, "KUBE_BINARIES": " ".join(binaries)},
     )
 
 

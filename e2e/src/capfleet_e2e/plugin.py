@@ -24,6 +24,7 @@ from capfleet_e2e.capibin import ensure_capi_binaries
 from capfleet_e2e.controlplane import Cluster, ControlPlane, ExistingCluster
 from capfleet_e2e.crds import capi_module_dir
 from capfleet_e2e.kubebin import ensure_kube_binaries
+from capfleet_e2e.nodeimage.build import ensure_node_image
 
 EXISTING_KUBECONFIG_ENV = "CAPFLEET_TEST_KUBECONFIG"
 
@@ -55,6 +56,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         capi_module_dir()
     if any("capi" in getattr(item, "fixturenames", ()) for item in session.items):
         ensure_capi_binaries()
+    if any("node_image" in getattr(item, "fixturenames", ()) for item in session.items):
+        ensure_node_image()
 
 
 def start_cluster() -> Cluster:
@@ -100,6 +103,7 @@ from capfleet_e2e.fixtures import kube, namespace, run_operator  # noqa: E402  (
 from capfleet_e2e.hybrid_fixtures import hybrid_site  # noqa: E402
 from capfleet_e2e.libvirt.fixtures import hypervisors, test_image  # noqa: E402
 from capfleet_e2e.netbox.fixtures import netbox, netbox_server_factory  # noqa: E402
+from capfleet_e2e.node_fixtures import node_image, node_lab, node_site  # noqa: E402
 from capfleet_e2e.serviceaccounts import run_operator_as  # noqa: E402
 
 __all__ = [
@@ -115,6 +119,9 @@ __all__ = [
     "netboot_image",
     "netbox",
     "netbox_server_factory",
+    "node_image",
+    "node_lab",
+    "node_site",
     "pxe_lab",
     "run_operator",
     "run_operator_as",

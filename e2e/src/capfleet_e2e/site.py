@@ -63,7 +63,7 @@ OPERATOR_ENV: dict[str, dict[str, str]] = {
 }
 OPERATORS = tuple(OPERATOR_ENV)
 
-_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::=([^}]*))?\}")
+_VARIABLE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::=([^}]*))?\}")
 
 
 class MissingVariable(KeyError):
@@ -71,9 +71,12 @@ class MissingVariable(KeyError):
 
 
 def render(text: str, variables: Mapping[str, str]) -> str:
-    """`text` with `${VAR}` and `${VAR:=default}` replaced as clusterctl does; every variable must resolve."""
+    """`text` with `${VAR}` and `${VAR:=default}` replaced as clusterctl does; every variable must resolve.
+    `$$` stands for a `$` that is not a variable (a shell's, in a script a template carries)."""
 
     def value(match: re.Match[str]) -> str:
+        if match.group(0) == "$$":
+            return "$"
         name, default = match.group(1), match.group(2)
         if name in variables:
             return variables[name]
@@ -284,6 +287,16 @@ def cluster_variables(
     }
 
 
+async def delete_cluster(kube: Kube, name: str, namespace: str, within: float) -> None:
+    """Delete CAPI Cluster `name` and wait until it is gone (with everything it owns)."""
+    await kube.delete(resources.CAPI_CLUSTERS, name, namespace)
+
+    async def gone() -> bool:
+        return await kube.get(resources.CAPI_CLUSTERS, name, namespace) is None
+
+    await eventually(f"Cluster {name} to be deleted", gone, within, interval=1)
+
+
 CONTROL_PLANE_LABEL = "cluster.x-k8s.io/control-plane"
 CALLBACK_PATH = "/control-plane"
 StartOperator = Callable[[str, dict[str, str]], object]
@@ -362,12 +375,7 @@ class HybridSite:
         return self.control_plane_report()
 
     async def delete_cluster(self, within: float = 300) -> None:
-        await self.kube.delete(resources.CAPI_CLUSTERS, self.cluster_name, self.namespace)
-
-        async def gone() -> bool:
-            return await self.kube.get(resources.CAPI_CLUSTERS, self.cluster_name, self.namespace) is None
-
-        await eventually(f"Cluster {self.cluster_name} to be deleted", gone, within)
+        await delete_cluster(self.kube, self.cluster_name, self.namespace, within)
 
 
 @contextlib.asynccontextmanager

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from capfleet import resources
+from capfleet import conditions, resources
 from capfleet.api import kinds
 from capfleet.kube import Kube
 from capfleet.resources import Resource
@@ -68,16 +68,44 @@ def facts(obj: dict[str, Any]) -> str:
 NEGATIVE = frozenset({"Paused", "Deleting", "ScalingUp", "ScalingDown", "Remediating", "RollingOut"})
 
 
+# Kinds whose conditions are steps done one after the other: the tree shows how long each one took.
+TIMED = frozenset({"HybridMachine"})
+
+
+def duration_text(seconds: int) -> str:
+    minutes, seconds = divmod(seconds, 60)
+    return f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"
+
+
+def step_times(obj: dict[str, Any]) -> dict[str, str]:
+    """Condition type → how long that step took, for kinds in TIMED (steps in the order they finished)."""
+    if obj.get("kind") not in TIMED:
+        return {}
+    found = conditions.parse((obj.get("status") or {}).get("conditions"))
+    steps = [
+        c.type
+        for c in sorted(found, key=lambda c: c.last_transition_time or "")
+        if c.type not in {conditions.READY, conditions.PAUSED}
+    ]
+    created = obj["metadata"].get("creationTimestamp")
+    if not created:
+        return {}
+    return {step: duration_text(s) for step, s in conditions.step_durations(found, steps, created).items()}
+
+
 def conditions_text(obj: dict[str, Any]) -> list[str]:
-    """`✓ A, B, C` for the conditions in their good state, then one line per other condition with its
-    reason and message (CAPI's multi-line messages folded onto that line)."""
+    """`✓ A, B, C` for the conditions in their good state (with how long each step took, for kinds whose
+    conditions are steps), then one line per other condition with its reason and message (CAPI's
+    multi-line messages folded onto that line)."""
     good, other = [], []
+    times = step_times(obj)
     for condition in (obj.get("status") or {}).get("conditions") or []:
         if condition["type"] in NEGATIVE:
             if condition["status"] == "False":
                 continue  # not paused, not deleting, not scaling: nothing to say
         elif condition["status"] == "True":
-            good.append(condition["type"])
+            took = times.get(condition["type"])
+            good.append(f"{condition['type']} {took}" if took else condition["type"])
             continue
         mark = {"True": "!", "False": "✗"}.get(condition["status"], "?")
         message = " ".join(str(condition.get("message") or "").split())

@@ -72,6 +72,15 @@ def test_vm_spec_merges_selectors_and_places_addresses_gateway_and_dns_on_the_de
     }
     assert eth1 == {"macAddress": names.mac_address("ns", "cp-0", "eth1"), "network": "storage"}
     assert spec["cloudInit"]["userDataSecretRef"] == {"name": "cp-0-bootstrap", "key": "value"}
+    assert spec["cloudInit"]["metaData"] == {
+        "control-plane-endpoint-host": "192.0.2.10",
+        "control-plane-endpoint-port": "6443",
+    }
+
+
+def test_a_cluster_without_endpoint_yet_adds_no_meta_data() -> None:
+    spec = specs.vm_spec(vm_machine(), cluster(controlPlaneEndpoint=None), FACTS, V4)
+    assert spec["cloudInit"]["metaData"] == {}
 
 
 def test_unknown_failure_domain_and_conflicting_labels_are_invalid_specs() -> None:
@@ -133,7 +142,7 @@ def test_instance_spec_from_the_claimed_device() -> None:
                 "match": {"macaddress": "aa:00:00:00:00:02"},
                 "set-name": "eno1",
                 "addresses": ["192.0.2.21/24"],
-                "routes": [{"to": "default", "via": "192.0.2.1"}],
+                "routes": [{"to": "0.0.0.0/0", "via": "192.0.2.1"}],
                 "nameservers": {"addresses": ["192.0.2.53"]},
             }
         },

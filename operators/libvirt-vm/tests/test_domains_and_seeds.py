@@ -51,6 +51,9 @@ def test_domain_xml_names_its_owner_and_devices() -> None:
     disks = root.findall("devices/disk")
     assert [d.find("target").get("dev") for d in disks] == ["vda", "vdb", "hdc"]  # type: ignore[union-attr]
     assert [i.get("type") for i in root.findall("devices/interface")] == ["user", "bridge"]
+    console_log = root.find("devices/serial/log")
+    assert console_log is not None
+    assert console_log.get("file") == "/var/log/libvirt/qemu/ns_vm-console.log"
     assert domains.parse_owner("<domain><name>x</name></domain>") is None
     assert domains.parse_owner("not xml") is None
 
@@ -63,7 +66,7 @@ def test_network_config_v2_static_and_dhcp() -> None:
         "match": {"macaddress": "52:54:00:00:00:01"},
         "set-name": "eth0",
         "addresses": ["10.0.0.5/24"],
-        "routes": [{"to": "default", "via": "10.0.0.1"}],
+        "routes": [{"to": "0.0.0.0/0", "via": "10.0.0.1"}],
         "nameservers": {"addresses": ["10.0.0.2"]},
     }
     assert config["ethernets"]["eth1"]["dhcp4"] is True

@@ -94,7 +94,7 @@ async def test_vm_boots_with_its_seed_rebuilds_status_and_leaves_nothing(
                     "match": {"macaddress": "52:54:00:ab:00:01"},
                     "set-name": "eth0",
                     "addresses": ["10.0.2.15/24"],
-                    "routes": [{"to": "default", "via": "10.0.2.2"}],
+                    "routes": [{"to": "0.0.0.0/0", "via": "10.0.2.2"}],
                     "nameservers": {"addresses": ["10.0.2.3"]},
                 }
             },

@@ -127,3 +127,26 @@ def summarize(conditions: Sequence[Condition], steps: Sequence[str]) -> Update:
             message = f"{step}: {found.message}" if found.message else step
             return Update(READY, found.status, found.reason, message)
     return Update.true(READY, "Ready")
+
+
+def _instant(text: str) -> datetime:
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+
+
+def step_durations(conditions: Sequence[Condition], steps: Sequence[str], started: str) -> dict[str, int]:
+    """How long each step that is True took, in seconds: from the moment the step before it became True
+    (the first step: from `started`, the object's creation) to its own `lastTransitionTime`.
+
+    A step's True condition keeps its transition time for as long as it stays True, so this answers
+    "where did the time go" from the status alone. Steps that are not True, or carry no time, are left out.
+    """
+    durations: dict[str, int] = {}
+    previous = _instant(started)
+    for step in steps:
+        found = find(conditions, step)
+        if found is None or found.status != "True" or not found.last_transition_time:
+            continue
+        done = _instant(found.last_transition_time)
+        durations[step] = max(0, int((done - previous).total_seconds()))
+        previous = max(previous, done)
+    return durations

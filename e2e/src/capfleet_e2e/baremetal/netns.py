@@ -8,7 +8,9 @@ so the VMs' tap devices join that bridge. There is no veth, no route and no forw
 
 HTTP from the guests (iPXE scripts, kernel, seed, callbacks) goes to `http://<bridge address>:8080/`,
 where a relay (relay.py) hands each connection through a UNIX socket to a host relay connected to
-127.0.0.1:<port> chosen with `forward_http_to`, e.g. the operator's HTTP server.
+127.0.0.1:<port> chosen with `forward_http_to`, e.g. the operator's HTTP server. The other way round,
+`expose` gives a 127.0.0.1 port whose connections reach a guest's address and port inside the namespace
+(a workload cluster's API server, say), through the same kind of relay pair.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pathlib import Path
 from typing import Self
 
 from capfleet_e2e.kubebin import artifacts_dir
-from capfleet_e2e.processes import Component, wait_for
+from capfleet_e2e.processes import Component, free_port, wait_for
 
 BRIDGE = "pxebr0"
 HTTP_PORT = 8080
@@ -58,6 +60,7 @@ class PxeNetwork:
         self._created = False
         self._ns_relay: Component | None = None
         self._host_relay: Component | None = None
+        self._exposed: dict[tuple[str, int], tuple[int, list[Component]]] = {}
 
     def __enter__(self) -> Self:
         return self.start()
@@ -116,6 +119,34 @@ class PxeNetwork:
         self._host_relay = relay
         wait_for("the host HTTP relay", lambda: _listening(relay), START_TIMEOUT, [relay])
 
+    def expose(self, host: str, port: int) -> int:
+        """A 127.0.0.1 port relayed to `host`:`port` inside the namespace (the same one for repeated calls).
+
+        Connections are made lazily, one per client connection, so the guest need not be up yet.
+        """
+        if (host, port) in self._exposed:
+            return self._exposed[(host, port)][0]
+        socket_path = self.root / f"expose-{len(self._exposed)}.sock"
+        loopback = free_port()
+        argv = [sys.executable, "-m", "capfleet_e2e.baremetal.relay"]
+        label = f"{host.replace(':', '_')}-{port}"
+        inside = Component(
+            f"relay-in-{label}",
+            self.exec_argv([*argv, f"unix:{socket_path}", f"tcp:{host}:{port}"]),
+            self.log_dir,
+        )
+        relays = [inside]
+        self._exposed[(host, port)] = (loopback, relays)
+        wait_for(f"the relay to {host}:{port}", lambda: _listening(inside), START_TIMEOUT, [inside])
+        outside = Component(
+            f"relay-out-{label}", [*argv, f"tcp:127.0.0.1:{loopback}", f"unix:{socket_path}"], self.log_dir
+        )
+        relays.append(outside)
+        wait_for(
+            f"the loopback relay to {host}:{port}", lambda: _listening(outside), START_TIMEOUT, [outside]
+        )
+        return loopback
+
     def _stop_host_relay(self) -> None:
         if self._host_relay is not None:
             self._host_relay.stop()
@@ -124,6 +155,10 @@ class PxeNetwork:
     def stop(self) -> None:
         """Stop the relays and delete the namespace (with its bridge); safe to call twice."""
         self._stop_host_relay()
+        for _, relays in self._exposed.values():
+            for relay in relays:
+                relay.stop()
+        self._exposed.clear()
         if self._ns_relay is not None:
             self._ns_relay.stop()
             self._ns_relay = None

@@ -52,10 +52,14 @@ class Hypervisor:
 
 
 def start_hypervisor(
-    name: str, failure_domain: str | None = None, pool_size_mib: int | None = None
+    name: str, failure_domain: str | None = None, pool_size_mib: int | None = None, netns: str | None = None
 ) -> Hypervisor:
-    """Start a private libvirtd and an sshd in front of it; stop both with `Hypervisor.stop()`."""
-    daemon = LibvirtDaemon(name, pool_size_mib=pool_size_mib).start()
+    """Start a private libvirtd and an sshd in front of it; stop both with `Hypervisor.stop()`.
+
+    With `netns`, libvirtd (and so its VMs' bridged NICs) lives in that network namespace, while sshd stays
+    on the host's loopback: the operator reaches the hypervisor as usual, the guests only each other.
+    """
+    daemon = LibvirtDaemon(name, pool_size_mib=pool_size_mib, netns=netns).start()
     try:
         sshd = Sshd(name, mount_namespace=lambda: daemon.namespace_pid).start()
     except BaseException:

@@ -20,6 +20,8 @@ from capfleet.api.netbox import DeviceInterface, NetboxDeviceStatus
 from capi_machine_glue import names
 
 BOOTSTRAP_DATA_KEY = "value"
+CONTROL_PLANE_ENDPOINT_HOST = "control-plane-endpoint-host"
+CONTROL_PLANE_ENDPOINT_PORT = "control-plane-endpoint-port"
 
 
 @dataclass(frozen=True)
@@ -196,6 +198,7 @@ def vm_spec(
         "cloudInit": {
             "userDataSecretRef": {"name": facts.data_secret, "key": BOOTSTRAP_DATA_KEY},
             "hostname": hostname(facts.name, cluster.domain),
+            "metaData": cluster_meta_data(cluster),
         },
         "powerState": "On",
     }
@@ -205,6 +208,16 @@ def vm_spec(
     if anti_affinity:
         result["antiAffinityKey"] = anti_affinity
     return result
+
+
+def cluster_meta_data(cluster: HybridClusterSpec) -> dict[str, str]:
+    """NoCloud meta-data keys every machine of the cluster gets besides its own: the control-plane
+    endpoint, so that user-data can use it (cloud-init's jinja: `ds.meta_data.control_plane_endpoint_host`)
+    when it comes from a pool and no template can name it, as kube-vip's address must."""
+    endpoint = cluster.control_plane_endpoint
+    if endpoint is None:
+        return {}
+    return {CONTROL_PLANE_ENDPOINT_HOST: endpoint.host, CONTROL_PLANE_ENDPOINT_PORT: str(endpoint.port)}
 
 
 def hostname(machine: str, domain: str | None) -> str:
@@ -323,7 +336,8 @@ def network_data(
             entry["addresses"] = [a.cidr for a in own]
             gateway = _gateway(interface, default, own)
             if gateway:
-                entry["routes"] = [{"to": "default", "via": gateway}]
+                default_route = "0.0.0.0/0" if ipaddress.ip_address(gateway).version == 4 else "::/0"
+                entry["routes"] = [{"to": default_route, "via": gateway}]
         else:
             entry["dhcp4"] = True
         if interface.name == default and cluster.nameservers:

@@ -14,6 +14,7 @@ from capfleet.api.libvirt import VMInterface
 
 METADATA_NS = "https://capfleet.dev/xmlns/libvirt-vm/v1"
 METADATA_PREFIX = "capfleet"
+CONSOLE_LOG_DIR = "/var/log/libvirt/qemu"
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,8 @@ def domain_xml(plan: DomainPlan) -> str:
     for nic in plan.interfaces:
         _interface(devices, nic)
     serial = ET.SubElement(devices, "serial", {"type": "pty"})
+    # Everything the guest prints on its console (boot, cloud-init, kubeadm) is kept on the hypervisor.
+    ET.SubElement(serial, "log", {"file": f"{CONSOLE_LOG_DIR}/{plan.name}-console.log", "append": "on"})
     ET.SubElement(serial, "target", {"port": "0"})
     console = ET.SubElement(devices, "console", {"type": "pty"})
     ET.SubElement(console, "target", {"type": "serial", "port": "0"})

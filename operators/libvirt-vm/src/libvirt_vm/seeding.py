@@ -40,7 +40,8 @@ def _ethernet(interface: VMInterface, index: int) -> dict[str, Any]:
     if interface.gateway:
         config["routes"] = [
             {
-                "to": "default" if ipaddress.ip_address(str(interface.gateway)).version == 4 else "::/0",
+                # Not "default": cloud-init 22.4 (Debian bookworm) refuses it as an address.
+                "to": "0.0.0.0/0" if ipaddress.ip_address(str(interface.gateway)).version == 4 else "::/0",
                 "via": str(interface.gateway),
             }
         ]

@@ -1,0 +1,242 @@
+"""A management cluster that makes clusters of real Kubernetes nodes on VMs, and the lab around it.
+
+The suites with real nodes and `make demo` need: two hypervisors whose VMs share one L2 network (the PXE
+lab's namespace and bridge, where bare-metal servers live too), the node image as their base volume,
+the three operators a VM cluster uses, the workload cluster's CA and loopback kubeconfig (see
+workload_access.py), and the variables of deploy/clusterctl/cluster-template-vm.yaml, the template users
+render with clusterctl. `NodeLab` is the session-wide part, `open_node_site` the per-cluster part.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import subprocess
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Self
+
+from capfleet import resources
+from capfleet.api import kinds
+from capfleet.kube import Kube
+from capfleet_e2e.baremetal.netns import PxeNetwork
+from capfleet_e2e.controlplane import ControlPlane
+from capfleet_e2e.kubebin import HarnessError, Kubectl, repo_root
+from capfleet_e2e.libvirt.hypervisor import Hypervisor, start_hypervisor
+from capfleet_e2e.nodeimage.versions import NodeImageVersions
+from capfleet_e2e.site import OPERATOR_ENV, SITE_LABEL, delete_cluster, register_hypervisor, render
+from capfleet_e2e.workload_access import WorkloadAccess
+
+VM_TEMPLATE = Path("deploy") / "clusterctl" / "cluster-template-vm.yaml"
+POOL_LABEL = "capfleet.dev/hypervisor-pool"
+FAILURE_DOMAIN_LABEL = "capfleet.dev/failure-domain"
+API_PORT = 6443
+VM_OPERATORS = ("capi_machine_glue", "ipam_address", "libvirt_vm")
+StartOperator = Callable[[str, dict[str, str]], object]
+
+
+def place_base_volume(hv: Hypervisor, image: Path, volume: str) -> None:
+    """`image` as volume `volume` of the hypervisor's pool, copied once (the pool is a directory here)."""
+    target = hv.daemon.pool_dir / volume
+    if not target.exists():
+        subprocess.run(["cp", "--reflink=auto", str(image), str(target.with_suffix(".part"))], check=True)
+        target.with_suffix(".part").rename(target)
+    conn = hv.connect()
+    try:
+        conn.storagePoolLookupByName(hv.pool_name).refresh(0)
+    finally:
+        conn.close()
+
+
+@dataclass
+class NodeLab:
+    """Hypervisors in the lab network with the node image in their pools; `start()`/`stop()`."""
+
+    network: PxeNetwork
+    image: Path
+    names: tuple[str, ...] = ("node-hv-1", "node-hv-2")
+    hypervisors: list[Hypervisor] = field(default_factory=list)
+
+    @property
+    def volume(self) -> str:
+        return f"capfleet-node-{self.image.parent.name}.qcow2"
+
+    def start(self) -> Self:
+        try:
+            for index, name in enumerate(self.names, start=1):
+                hv = start_hypervisor(name, f"fd-{index}", netns=self.network.name)
+                self.hypervisors.append(hv)
+                place_base_volume(hv, self.image, self.volume)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        while self.hypervisors:
+            self.hypervisors.pop().stop()
+
+    def address(self, host: int) -> str:
+        """Address `.host` of the lab network (the bridge, the gateway of the nodes, is .1)."""
+        return str(self.network.network.network_address + host)
+
+    def domains(self, namespace: str) -> list[str]:
+        """Domains of `namespace`'s VMs on every hypervisor (libvirt-vm names them `<namespace>_<name>`)."""
+        found = []
+        for hv in self.hypervisors:
+            conn = hv.connect()
+            try:
+                found += [d.name() for d in conn.listAllDomains(0) if d.name().startswith(f"{namespace}_")]
+            finally:
+                conn.close()
+        return found
+
+    def volumes(self, namespace: str) -> list[str]:
+        """Volumes of `namespace`'s VMs (disks and seeds) left in any pool."""
+        found = []
+        for hv in self.hypervisors:
+            conn = hv.connect()
+            try:
+                pool = conn.storagePoolLookupByName(hv.pool_name)
+                pool.refresh(0)
+                found += [name for name in pool.listVolumes() if name.startswith(f"{namespace}_")]
+            finally:
+                conn.close()
+        return found
+
+
+def template_variables(
+    lab: NodeLab, cluster_name: str, namespace: str, *, control_planes: int = 1, workers: int = 1
+) -> dict[str, str]:
+    """The values of cluster-template-vm.yaml's variables for a cluster in this lab."""
+    versions = NodeImageVersions()
+    network: ipaddress.IPv4Network = lab.network.network
+    return {
+        "CLUSTER_NAME": cluster_name,
+        "NAMESPACE": namespace,
+        "KUBERNETES_VERSION": versions.kubernetes,
+        "CONTROL_PLANE_MACHINE_COUNT": str(control_planes),
+        "WORKER_MACHINE_COUNT": str(workers),
+        "CONTROL_PLANE_ENDPOINT_HOST": lab.address(10),
+        "CAPFLEET_NODE_IP_RANGE": f"{lab.address(20)}-{lab.address(60)}",
+        "CAPFLEET_NODE_IP_PREFIX": str(network.prefixlen),
+        "CAPFLEET_NODE_GATEWAY": lab.address(1),
+        "CAPFLEET_NAMESERVER": lab.address(1),
+        "CAPFLEET_VM_IMAGE": lab.volume,
+        "CAPFLEET_VM_BRIDGE": lab.network.bridge,
+        "CAPFLEET_HYPERVISOR_POOL": namespace,
+        "CAPFLEET_IMAGE_REPOSITORY": versions.image_repository,
+        # Sized for QEMU without KVM on a 2-core machine: kubeadm's minimum for a control plane.
+        "CAPFLEET_CONTROL_PLANE_VCPUS": "2",
+        "CAPFLEET_CONTROL_PLANE_MEMORY_MIB": "2048",
+        "CAPFLEET_CONTROL_PLANE_DISK_GIB": "8",
+        "CAPFLEET_WORKER_VCPUS": "1",
+        "CAPFLEET_WORKER_MEMORY_MIB": "1536",
+        "CAPFLEET_WORKER_DISK_GIB": "8",
+    }
+
+
+@dataclass
+class NodeSite:
+    """A management cluster ready for VM cluster `cluster_name` in `namespace`: apply `manifest()`."""
+
+    namespace: str
+    cluster_name: str
+    kube: Kube
+    cp: ControlPlane
+    lab: NodeLab
+    access: WorkloadAccess
+    workload: Kubectl
+    variables: dict[str, str]
+    operators: dict[str, Any]
+
+    def manifest(self, path: Path = VM_TEMPLATE, **overrides: str) -> str:
+        return render((repo_root() / path).read_text(), {**self.variables, **overrides})
+
+    def apply(self, manifest: str) -> str:
+        return self.cp.kubectl("apply", "-f", "-", stdin=manifest)
+
+    async def machines(self) -> list[dict[str, Any]]:
+        return await self.kube.list(resources.CAPI_MACHINES, self.namespace)
+
+    async def running(self, count: int) -> list[dict[str, Any]] | None:
+        """The Machines once there are `count`, all Running with a nodeRef (else None)."""
+        found = await self.machines()
+        ok = [
+            m for m in found
+            if (m.get("status") or {}).get("phase") == "Running" and (m.get("status") or {}).get("nodeRef")
+        ]  # fmt: skip
+        return found if len(found) == count and len(ok) == count else None
+
+    def nodes(self) -> list[dict[str, Any]]:
+        """The workload cluster's Nodes (through the relay); [] while its API does not answer."""
+        try:
+            text = self.workload("get", "nodes", "-o", "json", "--request-timeout=10s", timeout=30)
+        except (HarnessError, subprocess.TimeoutExpired):
+            return []
+        return list(json.loads(text)["items"])
+
+    async def ready_nodes(self, count: int) -> list[dict[str, Any]] | None:
+        nodes = self.nodes()
+        ready = [n for n in nodes if node_ready(n)]
+        return nodes if len(nodes) == count and len(ready) == count else None
+
+    async def delete_cluster(self, within: float = 600) -> None:
+        await delete_cluster(self.kube, self.cluster_name, self.namespace, within)
+
+    def leftovers(self) -> list[str]:
+        """What the cluster left in libvirt: domains and volumes of the namespace."""
+        return [f"domain {d}" for d in self.lab.domains(self.namespace)] + [
+            f"volume {v}" for v in self.lab.volumes(self.namespace)
+        ]
+
+
+def node_ready(node: Mapping[str, Any]) -> bool:
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+@contextlib.asynccontextmanager
+async def open_node_site(
+    *,
+    kube: Kube,
+    namespace: str,
+    control_plane: ControlPlane,
+    lab: NodeLab,
+    start_operator: StartOperator,
+    workdir: Path,
+    cluster_name: str = "nodes",
+) -> AsyncIterator[NodeSite]:
+    """Register the lab's hypervisors, give CAPI the workload's CA and loopback kubeconfig, start the
+    three operators; on exit delete the cluster (if still there), wait, and unregister the hypervisors."""
+    hypervisor_names = []
+    try:
+        for hv in lab.hypervisors:
+            labels = {SITE_LABEL: namespace, POOL_LABEL: namespace, FAILURE_DOMAIN_LABEL: hv.failure_domain}
+            hypervisor_names.append(await register_hypervisor(kube, namespace, hv, labels=labels))
+        variables = template_variables(lab, cluster_name, namespace)
+        relay_port = lab.network.expose(variables["CONTROL_PLANE_ENDPOINT_HOST"], API_PORT)
+        access = WorkloadAccess.through(cluster_name, relay_port)
+        for secret in access.secrets(namespace):
+            await kube.create(resources.SECRETS, secret, namespace)
+        operators = {module: start_operator(module, OPERATOR_ENV[module]) for module in VM_OPERATORS}
+        site = NodeSite(
+            namespace,
+            cluster_name,
+            kube,
+            control_plane,
+            lab,
+            access,
+            access.kubectl(workdir),
+            variables,
+            operators,
+        )
+        try:
+            yield site
+        finally:
+            await site.delete_cluster()
+    finally:
+        for name in hypervisor_names:
+            await kube.delete(kinds.HYPERVISOR.resource, name)

@@ -7,13 +7,12 @@ cloud-config as CAPI's kubeadm bootstrap writes them. Its runcmd prints what a k
 serial console: containerd up and the preloaded images imported, kubelet and kubeadm, br_netfilter and
 ip_forward, the hostname and the static address. The disk is a qcow2 overlay (bigger than the image, so
 growpart has work to do); the image is never modified. QEMU's user-mode network is `restrict=on`: the
-guest reaches nothing. The image is not built here: the test is skipped if it has not been built.
+guest reaches nothing. The image is the session's `node_image` (built before the first test if missing).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -25,7 +24,7 @@ import yaml
 
 from capfleet.api.libvirt import VMInterface
 from capfleet_e2e.kubebin import artifacts_dir
-from capfleet_e2e.nodeimage.build import NodeImage, image_dir
+from capfleet_e2e.nodeimage.build import NodeImage
 from capfleet_e2e.nodeimage.versions import NodeImageVersions
 
 # The operator's own seed functions (its package has no py.typed: e2e does not type-check operators).
@@ -33,7 +32,6 @@ from libvirt_vm.seeding import cidata_iso, meta_data, network_config, seed_files
 
 pytestmark = pytest.mark.integration
 
-IMAGE_ENV = "CAPFLEET_NODE_IMAGE"
 BOOT_TIMEOUT = 1200.0
 GROWTH = 2 * 2**30  # the overlay is this much bigger than the image
 MAC = "52:54:00:c0:ff:ee"
@@ -70,13 +68,6 @@ m cloud-init-warnings "$(grep -c WARNING /var/log/cloud-init.log)"
 grep WARNING /var/log/cloud-init.log | cut -c1-300 | sed "s/^/{MARKER} warning: /"
 m done "$(cut -d' ' -f1 /proc/uptime)"
 """
-
-
-def built_image() -> Path | None:
-    """$CAPFLEET_NODE_IMAGE, else this recipe's cached image (looked up, never built here)."""
-    configured = os.environ.get(IMAGE_ENV)
-    path = Path(configured) if configured else NodeImage(image_dir(NodeImageVersions())).qcow2
-    return path if path.is_file() else None
 
 
 def user_data() -> bytes:
@@ -136,10 +127,8 @@ def boot(image: Path, workdir: Path) -> tuple[dict[str, str], str, float]:
     return markers(text), text, time.monotonic() - started
 
 
-def test_node_image_boots_into_a_kubeadm_ready_node(tmp_path: Path) -> None:
-    image = built_image()
-    if image is None:
-        pytest.skip(f"the node image is not built: run `python -m capfleet_e2e.nodeimage` or set {IMAGE_ENV}")
+def test_node_image_boots_into_a_kubeadm_ready_node(node_image: NodeImage, tmp_path: Path) -> None:
+    image = node_image.qcow2
     workdir = artifacts_dir() / "nodeimage-boot"
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)

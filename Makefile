@@ -5,7 +5,7 @@ UV := uv run --frozen
 PYTEST_ARGS ?=
 
 .PHONY: setup demo test lint typecheck crds crds-check clusterctl-components clusterctl-components-check \
-	images unit integration bench-ipam clean node-image
+	images unit integration bench-ipam clean node-image test-full
 
 setup:
 	bash hack/setup.sh
@@ -18,8 +18,13 @@ node-image: setup
 demo: setup
 	$(UV) python -m capfleet_e2e.demo
 
-## test: lint, type checks, generated-file checks (CRDs, clusterctl components), then every test.
+## test: lint, type checks, generated-file checks (CRDs, clusterctl components), then every test but the
+## slowest (marker `full`: a three-node control plane with a rolling update, MachineHealthCheck remediation).
 test: setup lint crds-check clusterctl-components-check
+	$(UV) pytest -m "not full" $(PYTEST_ARGS)
+
+## test-full: everything `make test` runs, plus the suites marked `full` (about an hour more without KVM).
+test-full: setup lint crds-check clusterctl-components-check
 	$(UV) pytest $(PYTEST_ARGS)
 
 lint:
@@ -66,7 +71,7 @@ unit: setup
 	$(UV) pytest -m "not integration" $(PYTEST_ARGS)
 
 integration: setup
-	$(UV) pytest -m integration $(PYTEST_ARGS)
+	$(UV) pytest -m "integration and not full" $(PYTEST_ARGS)
 
 ## bench-ipam: ipam-address against the Go in-cluster IPAM provider, 1,000 claims each (not part of test).
 bench-ipam: setup

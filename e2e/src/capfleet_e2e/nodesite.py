@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
+import yaml
+
 from capfleet import resources
 from capfleet.api import kinds
 from capfleet.kube import Kube
@@ -152,11 +154,36 @@ class NodeSite:
     variables: dict[str, str]
     operators: dict[str, Any]
 
-    def manifest(self, path: Path = VM_TEMPLATE, **overrides: str) -> str:
-        return render((repo_root() / path).read_text(), {**self.variables, **overrides})
+    def manifest(self, **overrides: str) -> str:
+        """cluster-template-vm.yaml rendered with the site's variables, `overrides` taking precedence."""
+        return render((repo_root() / VM_TEMPLATE).read_text(), {**self.variables, **overrides})
 
     def apply(self, manifest: str) -> str:
         return self.cp.kubectl("apply", "-f", "-", stdin=manifest)
+
+    def with_failure_domains(self, manifest: str) -> str:
+        """`manifest` whose HybridCluster declares one control-plane failure domain per lab hypervisor."""
+        documents = [d for d in yaml.safe_load_all(manifest) if d]
+        for document in documents:
+            if document["kind"] == "HybridCluster":
+                document["spec"]["failureDomains"] = [
+                    {
+                        "name": hv.failure_domain,
+                        "controlPlane": True,
+                        "hypervisorSelector": {"matchLabels": {FAILURE_DOMAIN_LABEL: hv.failure_domain}},
+                    }
+                    for hv in self.lab.hypervisors
+                ]
+        return yaml.safe_dump_all(documents, sort_keys=False)
+
+    def api_ready(self) -> bool:
+        """Whether the workload API answers /readyz at its endpoint (through the relay to the VIP)."""
+        try:
+            return (
+                self.workload("get", "--raw", "/readyz", "--request-timeout=5s", timeout=15).strip() == "ok"
+            )
+        except (HarnessError, subprocess.TimeoutExpired):
+            return False
 
     async def machines(self) -> list[dict[str, Any]]:
         return await self.kube.list(resources.CAPI_MACHINES, self.namespace)

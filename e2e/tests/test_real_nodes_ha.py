@@ -1,0 +1,237 @@
+"""A highly available control plane of real nodes: 1 → 3 across two failure domains, the VIP surviving the
+loss of its node, a rolling update with `maxSurge: 1`, then 3 → 1; and a MachineHealthCheck remediating a
+worker whose VM was stopped behind capfleet's back.
+
+Marked `full`: under QEMU without KVM on two cores these take tens of minutes, so `make test` leaves them
+to `make test-full`. While the control plane changes, a prober asks the workload API's /readyz at its
+endpoint (the VIP, through the loopback relay) every two seconds; the longest run of failed answers is the
+outage the test bounds and reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import libvirt
+import pytest
+import yaml
+
+from capfleet import resources
+from capfleet.api import kinds
+from capfleet_e2e.nodesite import NodeSite
+from capfleet_e2e.tree import KCPS
+from capfleet_e2e.waiting import eventually
+
+pytestmark = [pytest.mark.integration, pytest.mark.full, pytest.mark.timeout(7200)]
+
+HYBRID_MACHINE_TEMPLATES = resources.Resource(
+    "infrastructure.cluster.x-k8s.io", "v1alpha1", "hybridmachinetemplates", "HybridMachineTemplate"
+)
+MACHINE_HEALTH_CHECKS = resources.Resource(
+    "cluster.x-k8s.io", "v1beta2", "machinehealthchecks", "MachineHealthCheck"
+)
+CONTROL_PLANE_LABEL = "cluster.x-k8s.io/control-plane"
+# Outage the VIP may show when the node holding it goes: kube-vip's lease (15 s) plus a retry or two.
+MAX_OUTAGE_SECONDS = 45.0
+# Slow hosts: etcd's timings as for a slow link (the template's knobs).
+SLOW_ETCD = {"CAPFLEET_ETCD_HEARTBEAT_INTERVAL_MS": "500", "CAPFLEET_ETCD_ELECTION_TIMEOUT_MS": "5000"}
+
+
+class Prober:
+    """Asks the workload API's /readyz every `interval` seconds and keeps the longest failing stretch."""
+
+    def __init__(self, site: NodeSite, interval: float = 2.0) -> None:
+        self.site, self.interval = site, interval
+        self.longest_outage = 0.0
+        self.answers = 0
+        self._failing_since: float | None = None
+
+    async def run(self) -> None:
+        while True:
+            ok = await asyncio.to_thread(self.site.api_ready)
+            now = time.monotonic()
+            self.answers += 1
+            if ok:
+                self._failing_since = None
+            else:
+                self._failing_since = self._failing_since or now
+                self.longest_outage = max(self.longest_outage, now - self._failing_since)
+            await asyncio.sleep(self.interval)
+
+
+@contextlib.asynccontextmanager
+async def probing(site: NodeSite) -> AsyncIterator[Prober]:
+    prober = Prober(site)
+    task = asyncio.create_task(prober.run())
+    try:
+        yield prober
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def condition_true(obj: dict[str, Any], kind: str) -> bool:
+    found = [c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == kind]
+    return bool(found) and found[0].get("status") == "True"
+
+
+async def control_plane_settled(site: NodeSite, replicas: int, template: str | None = None) -> bool:
+    """KCP has `replicas` Running Machines (from `template`, if named), Available with a healthy etcd."""
+    [kcp] = await site.kube.list(KCPS, site.namespace)
+    machines = [m for m in await site.machines() if CONTROL_PLANE_LABEL in m["metadata"].get("labels", {})]
+    running = [m for m in machines if (m.get("status") or {}).get("phase") == "Running"]
+    if template is not None:
+        running = [m for m in running if m["spec"]["infrastructureRef"]["name"].startswith(template)]
+        from_template = await site.kube.list(kinds.HYBRID_MACHINE.resource, site.namespace)
+        cloned = {
+            h["metadata"]["name"]
+            for h in from_template
+            if (h["metadata"].get("annotations") or {}).get("cluster.x-k8s.io/cloned-from-name") == template
+        }
+        running = [m for m in running if m["spec"]["infrastructureRef"]["name"] in cloned]
+    healthy = all(condition_true(kcp, c) for c in ("Available", "EtcdClusterHealthy", "MachinesUpToDate"))
+    return len(machines) == replicas and len(running) == replicas and healthy
+
+
+def vip_holder(site: NodeSite) -> str:
+    lease = yaml.safe_load(site.workload("get", "lease", "-n", "kube-system", "plndr-cp-lock", "-o", "yaml"))
+    holder: str = lease["spec"]["holderIdentity"]
+    return holder
+
+
+def stop_domain_of(site: NodeSite, node: str, machines: list[dict[str, Any]]) -> str:
+    """Destroy the VM of `node` on its hypervisor, behind capfleet's back; returns the domain name."""
+    [machine] = [m for m in machines if (m.get("status") or {}).get("nodeRef", {}).get("name") == node]
+    domain: str = machine["spec"]["providerID"].rsplit("/", 1)[1]
+    for hv in site.lab.hypervisors:
+        conn = hv.connect()
+        try:
+            with contextlib.suppress(libvirt.libvirtError):
+                conn.lookupByName(domain).destroy()
+                return domain
+        finally:
+            conn.close()
+    raise AssertionError(f"no hypervisor has domain {domain}")
+
+
+async def test_control_plane_scales_to_three_survives_its_vip_node_rolls_and_scales_back(
+    node_site: NodeSite,
+) -> None:
+    site, kube, ns = node_site, node_site.kube, node_site.namespace
+    manifest = site.manifest(CONTROL_PLANE_MACHINE_COUNT="1", WORKER_MACHINE_COUNT="0", **SLOW_ETCD)
+    site.apply(site.with_failure_domains(manifest))
+    await eventually("the first control-plane Node", lambda: site.ready_nodes(1), 1200, 10)
+    kcp_name = f"{site.cluster_name}-control-plane"
+
+    async with probing(site) as prober:
+        started = time.monotonic()
+        await kube.patch(KCPS, kcp_name, {"spec": {"replicas": 3}}, ns)
+        await eventually("three control-plane Machines", lambda: control_plane_settled(site, 3), 3600, 10)
+        scaled_up = time.monotonic() - started
+        machines = await site.machines()
+        domains = {m["spec"].get("failureDomain") for m in machines}
+        assert domains == {hv.failure_domain for hv in site.lab.hypervisors}, domains
+        hypervisors = {m["spec"]["providerID"].split("/")[3] for m in machines}  # capfleet://vm/<hv>/<domain>
+        assert len(hypervisors) == len(site.lab.hypervisors), hypervisors
+        print(f"\nKCP 1 → 3: {scaled_up:.0f} s, longest API outage {prober.longest_outage:.0f} s")
+        assert prober.longest_outage < MAX_OUTAGE_SECONDS
+
+        holder = vip_holder(site)
+        domain = stop_domain_of(site, holder, machines)
+        stopped = time.monotonic()
+
+        async def moved() -> str | None:
+            now = (
+                await asyncio.to_thread(vip_holder, site) if await asyncio.to_thread(site.api_ready) else None
+            )
+            return now if now and now != holder else None
+
+        new_holder = await eventually(f"the VIP to leave {holder} ({domain} stopped)", moved, 300, 2)
+        print(
+            f"VIP moved from {holder} to {new_holder} {time.monotonic() - stopped:.0f} s after its VM stopped"
+        )
+        assert prober.longest_outage < MAX_OUTAGE_SECONDS
+        await eventually(
+            "the control plane to settle again", lambda: control_plane_settled(site, 3), 1800, 10
+        )
+
+        template = await kube.get(HYBRID_MACHINE_TEMPLATES, kcp_name, ns)
+        assert template is not None
+        rolled = f"{kcp_name}-v2"
+        body = {
+            "apiVersion": template["apiVersion"],
+            "kind": template["kind"],
+            "metadata": {"name": rolled, "namespace": ns},
+            "spec": template["spec"],
+        }
+        await kube.create(HYBRID_MACHINE_TEMPLATES, body, ns)
+        started = time.monotonic()
+        rollout = {
+            "spec": {
+                "machineTemplate": {"spec": {"infrastructureRef": {"name": rolled}}},
+                "rollout": {"strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1}}},
+            }
+        }
+        await kube.patch(KCPS, kcp_name, rollout, ns)
+        await eventually("the rolling update", lambda: control_plane_settled(site, 3, rolled), 5400, 10)
+        print(
+            f"rolling update of 3: {time.monotonic() - started:.0f} s, outage {prober.longest_outage:.0f} s"
+        )
+        assert prober.longest_outage < MAX_OUTAGE_SECONDS
+
+        started = time.monotonic()
+        await kube.patch(KCPS, kcp_name, {"spec": {"replicas": 1}}, ns)
+        await eventually(
+            "one control-plane Machine", lambda: control_plane_settled(site, 1, rolled), 1800, 10
+        )
+        print(f"KCP 3 → 1: {time.monotonic() - started:.0f} s, outage {prober.longest_outage:.0f} s")
+        assert prober.longest_outage < MAX_OUTAGE_SECONDS
+        assert prober.answers > 0
+
+    await site.delete_cluster()
+    assert site.leftovers() == []
+
+
+async def test_machine_health_check_replaces_a_worker_whose_vm_was_stopped(node_site: NodeSite) -> None:
+    site, kube, ns = node_site, node_site.kube, node_site.namespace
+    site.apply(site.manifest())
+    await eventually("both Nodes to be Ready", lambda: site.ready_nodes(2), 1800, 10)
+    machines = await eventually("both Machines to be Running", lambda: site.running(2), 300, 3)
+    check = {
+        "apiVersion": "cluster.x-k8s.io/v1beta2",
+        "kind": "MachineHealthCheck",
+        "metadata": {"name": f"{site.cluster_name}-workers", "namespace": ns},
+        "spec": {
+            "clusterName": site.cluster_name,
+            "selector": {"matchLabels": {"cluster.x-k8s.io/deployment-name": f"{site.cluster_name}-md-0"}},
+            "checks": {
+                "unhealthyNodeConditions": [
+                    {"type": "Ready", "status": "Unknown", "timeoutSeconds": 20},
+                    {"type": "Ready", "status": "False", "timeoutSeconds": 20},
+                ]
+            },
+        },
+    }
+    await kube.create(MACHINE_HEALTH_CHECKS, check, ns)
+    [worker] = [m for m in machines if CONTROL_PLANE_LABEL not in m["metadata"].get("labels", {})]
+    old_node = worker["status"]["nodeRef"]["name"]
+    stop_domain_of(site, old_node, machines)
+    stopped = time.monotonic()
+
+    async def replaced() -> list[dict[str, Any]] | None:
+        nodes = await site.ready_nodes(2)
+        if nodes is None or old_node in {n["metadata"]["name"] for n in nodes}:
+            return None
+        return nodes
+
+    await eventually("a new worker Node to replace the stopped one", replaced, 1800, 10)
+    took = time.monotonic() - stopped
+    print(f"\nMHC: the stopped worker was replaced by a Ready Node {took:.0f} s after its VM stopped")
+    assert await kube.get(resources.CAPI_MACHINES, worker["metadata"]["name"], ns) is None
+    await site.delete_cluster()
+    assert site.leftovers() == []

@@ -17,7 +17,6 @@ The harness itself talks to it with a bearer token (`kubectl`, `kubeconfig`).
 
 from __future__ import annotations
 
-import base64
 import secrets
 import shutil
 import tempfile
@@ -33,11 +32,10 @@ from capfleet_e2e.kubebin import KUBE_VERSION, Kubectl, ensure_kube_binaries, ku
 from capfleet_e2e.kubeconfig import write_kubeconfig
 from capfleet_e2e.pki import CertificateAuthority, service_account_key_pair, write_private
 from capfleet_e2e.processes import Component, free_port, wait_for
+from capfleet_e2e.workload_access import CLUSTER_NAME_LABEL, cluster_secret
 
 __all__ = ["CLUSTER_NAME_LABEL", "WorkloadAPIServer"]
 
-CLUSTER_NAME_LABEL = "cluster.x-k8s.io/cluster-name"
-CLUSTER_SECRET_TYPE = "cluster.x-k8s.io/secret"
 ADMIN_USER = "workload-admin"
 KUBEADM_CONFIG = "kubeadm-config"
 
@@ -127,20 +125,8 @@ class WorkloadAPIServer:
 
     def ca_secret(self, namespace: str) -> dict[str, Any]:
         """The `<cluster>-ca` Secret CAPI reads the cluster CA from (instead of generating one)."""
-        return {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {
-                "name": f"{self.cluster_name}-ca",
-                "namespace": namespace,
-                "labels": {CLUSTER_NAME_LABEL: self.cluster_name},
-            },
-            "type": CLUSTER_SECRET_TYPE,
-            "data": {
-                "tls.crt": base64.b64encode(self.ca.cert_pem).decode(),
-                "tls.key": base64.b64encode(self.ca.key_pem).decode(),
-            },
-        }
+        data = {"tls.crt": self.ca.cert_pem, "tls.key": self.ca.key_pem}
+        return cluster_secret(self.cluster_name, namespace, "ca", data)
 
     def cluster_configuration(self, kubernetes_version: str) -> dict[str, Any]:
         """The ClusterConfiguration `kubeadm init` (v1.31+, config API v1beta4) records for this cluster."""

@@ -130,6 +130,9 @@ def template_variables(
         "CAPFLEET_VM_BRIDGE": lab.network.bridge,
         "CAPFLEET_HYPERVISOR_POOL": namespace,
         "CAPFLEET_IMAGE_REPOSITORY": versions.image_repository,
+        # QEMU without KVM on a 2-core machine shared with other suites: an apiserver may take minutes.
+        "CAPFLEET_KUBEADM_API_CALL_SECONDS": "600",
+        "CAPFLEET_KUBEADM_WAIT_SECONDS": "1200",
         # Sized for QEMU without KVM on a 2-core machine: kubeadm's minimum for a control plane.
         "CAPFLEET_CONTROL_PLANE_VCPUS": "2",
         "CAPFLEET_CONTROL_PLANE_MEMORY_MIB": "2048",

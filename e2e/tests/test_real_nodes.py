@@ -60,7 +60,7 @@ async def test_vm_cluster_of_real_nodes_joins_drains_and_leaves_nothing(node_sit
         "the first Node to be Ready", lambda: site.ready_nodes(1), FIRST_NODE_SECONDS, 10
     )
     first_ready = time.monotonic() - started
-    nodes = await eventually("both Nodes to be Ready", lambda: site.ready_nodes(2), 900, 10)
+    nodes = await eventually("both Nodes to be Ready", lambda: site.ready_nodes(2), 1500, 10)
     both_ready = time.monotonic() - started
     machines = await eventually("both Machines to be Running", lambda: site.running(2), 300, 3)
     print(f"\nkubectl apply → first Node Ready {first_ready:.0f} s, both {both_ready:.0f} s")

@@ -133,6 +133,8 @@ def template_variables(
         # QEMU without KVM on a 2-core machine shared with other suites: an apiserver may take minutes.
         "CAPFLEET_KUBEADM_API_CALL_SECONDS": "600",
         "CAPFLEET_KUBEADM_WAIT_SECONDS": "1200",
+        "CAPFLEET_LEADER_ELECT_LEASE_DURATION": "120s",
+        "CAPFLEET_LEADER_ELECT_RENEW_DEADLINE": "90s",
         # Sized for QEMU without KVM on a 2-core machine: kubeadm's minimum for a control plane.
         "CAPFLEET_CONTROL_PLANE_VCPUS": "2",
         "CAPFLEET_CONTROL_PLANE_MEMORY_MIB": "2048",

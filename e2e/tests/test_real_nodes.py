@@ -18,15 +18,12 @@ import pytest
 
 from capfleet import resources
 from capfleet_e2e.nodesite import NodeSite
-from capfleet_e2e.tree import KCPS
+from capfleet_e2e.tree import KCPS, MACHINE_DEPLOYMENTS
 from capfleet_e2e.waiting import eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(3600)]
 
 FIRST_NODE_SECONDS = 1200
-MACHINE_DEPLOYMENTS = resources.Resource(
-    "cluster.x-k8s.io", "v1beta2", "machinedeployments", "MachineDeployment"
-)
 WORKER_POD = "capfleet-drain-probe"
 
 

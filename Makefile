@@ -31,7 +31,7 @@ lint:
 	$(UV) ruff check .
 	$(UV) ruff format --check .
 	# One mypy run per member: test modules of different members may share a file name.
-	for member in shared e2e operators/*; do $(UV) mypy $$member/src $$member/tests; done
+	for member in shared e2e operators/*/; do $(UV) mypy $$member/src $$member/tests; done
 	$(UV) lint-imports
 
 crds:
@@ -62,7 +62,7 @@ images:
 	fi
 	for op in $(OPERATORS); do \
 	  if [ "$(CONTAINER_ENGINE)" = buildah ]; then build=(buildah bud); else build=($(CONTAINER_ENGINE) build); fi; \
-	  "$${build[@]}" -f operators/$$op/Dockerfile \
+	  "$${build[@]}" -f operators/Dockerfile --build-arg OPERATOR=$$op \
 	    --build-arg VERSION=$(IMAGE_VERSION) --build-arg REVISION=$(IMAGE_REVISION) --build-arg SOURCE=$(IMAGE_SOURCE) \
 	    -t $(IMAGE_REGISTRY)/$$op:$(IMAGE_TAG) . ; \
 	done

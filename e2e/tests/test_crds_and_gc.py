@@ -128,3 +128,22 @@ async def test_foreground_delete_waits_for_a_childs_finalizer(kube: Kube, namesp
         return await kube.get(kinds.HYBRID_MACHINE.resource, "m2", namespace) is None
 
     await eventually("the parent to go once its child is gone", parent_gone, within=90)
+
+
+async def test_an_unknown_field_is_refused_not_pruned(kube: Kube, namespace: str) -> None:
+    """The fleet's client asks for strict field validation: a misspelt key fails loudly on create and on
+    patch, where the apiserver's default would drop it silently and leave the object unchanged."""
+    kind = kinds.LIBVIRT_VM
+    obj = sample_of(kind, "strict")
+    obj["spec"]["memoryMib"] = 2048  # misspelt: memoryMiB
+    with pytest.raises(Invalid) as refused:
+        await kube.create(kind.resource, obj, namespace)
+    assert "memoryMib" in str(refused.value)
+    del obj["spec"]["memoryMib"]
+    await kube.create(kind.resource, obj, namespace)
+    with pytest.raises(Invalid) as refused:
+        await kube.patch(kind.resource, "strict", {"spec": {"vcpu": 4}}, namespace)
+    assert "vcpu" in str(refused.value)
+    kept = await kube.get(kind.resource, "strict", namespace)
+    assert kept is not None
+    assert "vcpu" not in kept["spec"]

@@ -1,22 +1,26 @@
-"""The five operator Dockerfiles: one structure, only the operator's own package, non-root, labelled.
+"""The operator image: one Dockerfile for all five, only the operator's own package, non-root, labelled.
 
-No container engine runs here, so the Dockerfiles are checked as text: each installs exactly its own
-workspace member (`uv sync --frozen --no-dev --package <its project> --no-editable`), runs as a non-root
-user, starts `python -m <its package>` (which must exist), carries the OCI labels title, description,
-version, revision and source (the last three from build ARGs), and only libvirt-vm installs libvirt.
-Apart from names and libvirt, the five files are the same instruction for instruction.
-`make images` must say plainly when no container engine exists, and fail.
+No container engine runs here, so `operators/Dockerfile` is checked as text: it installs exactly the
+workspace member its `OPERATOR` build argument names (`uv sync --frozen --no-dev --package
+capfleet-${OPERATOR} --no-editable`; every operator's project is named so), runs as a non-root user,
+starts `python -m <package>` (which must exist for each operator), carries the OCI labels title,
+description, version, revision and source (the last three from build ARGs), and installs libvirt only for
+libvirt-vm. `make images` and docker compose build every operator from it; `make images` must say plainly
+when no container engine exists, and fail.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
 import tomllib
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
+import yaml
 
 from capfleet_e2e.kubebin import repo_root
 
@@ -31,9 +35,9 @@ class Instruction:
     arguments: str
 
 
-def instructions(operator: str) -> list[Instruction]:
+def instructions() -> list[Instruction]:
     """The Dockerfile's instructions, continuation lines joined and comments dropped."""
-    text = (repo_root() / "operators" / operator / "Dockerfile").read_text()
+    text = (repo_root() / "operators" / "Dockerfile").read_text()
     logical, current = [], ""
     for line in text.splitlines():
         if line.lstrip().startswith("#") or not line.strip():
@@ -46,10 +50,10 @@ def instructions(operator: str) -> list[Instruction]:
     return [Instruction(*[*line.split(None, 1), ""][:2]) for line in logical]
 
 
-def final_stage(found: list[Instruction]) -> list[Instruction]:
+def stages(found: list[Instruction]) -> tuple[list[Instruction], list[Instruction]]:
     starts = [i for i, instruction in enumerate(found) if instruction.keyword.upper() == "FROM"]
     assert len(starts) == 2, "a build stage and a runtime stage"
-    return found[starts[-1] :]
+    return found[starts[0] : starts[1]], found[starts[1] :]
 
 
 def package_of(operator: str) -> str:
@@ -66,66 +70,99 @@ def labels(stage: list[Instruction]) -> dict[str, str]:
     return found
 
 
-@pytest.mark.parametrize("operator", OPERATORS)
-def test_dockerfile_installs_only_its_package_and_runs_it_as_non_root(operator: str) -> None:
-    found = instructions(operator)
-    project = tomllib.loads((repo_root() / "operators" / operator / "pyproject.toml").read_text())
-    name = project["project"]["name"]
-    syncs = [i.arguments for i in found if i.keyword.upper() == "RUN" and "uv sync" in i.arguments]
-    assert syncs == [f"uv sync --frozen --no-dev --package {name} --no-editable"]
+def run_shell(arguments: str, operator: str, stubs: Path) -> subprocess.CompletedProcess[str]:
+    """Run a RUN instruction's shell text as the build would, with apt-get stubbed to print its call."""
+    stubs.mkdir(exist_ok=True)
+    stub = stubs / "apt-get"
+    stub.write_text('#!/bin/sh\necho "apt-get $*"\n')
+    stub.chmod(0o755)
+    return subprocess.run(
+        ["sh", "-ec", arguments],
+        env={"OPERATOR": operator, "PATH": f"{stubs}:/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=30,
+    )
 
-    stage = final_stage(found)
-    users = [i.arguments for i in stage if i.keyword.upper() == "USER"]
+
+@pytest.mark.parametrize("operator", OPERATORS)
+def test_the_image_installs_only_the_operators_package(operator: str) -> None:
+    project = tomllib.loads((repo_root() / "operators" / operator / "pyproject.toml").read_text())
+    assert project["project"]["name"] == f"capfleet-{operator}"
+    syncs = [i.arguments for i in instructions() if i.keyword.upper() == "RUN" and "uv sync" in i.arguments]
+    assert syncs == ['uv sync --frozen --no-dev --package "capfleet-${OPERATOR}" --no-editable']
+    assert (repo_root() / "operators" / operator / "src" / package_of(operator) / "__main__.py").is_file()
+
+
+@pytest.mark.parametrize("operator", OPERATORS)
+def test_the_entry_point_runs_the_operators_package(operator: str, tmp_path: Path) -> None:
+    build, runtime = stages(instructions())
+    (entrypoint,) = [i.arguments for i in runtime if i.keyword.upper() == "ENTRYPOINT"]
+    command = json.loads(entrypoint)[0]
+    [writer] = [i.arguments for i in build if i.keyword.upper() == "RUN" and command in i.arguments]
+    script = f"""
+        mkdir -p {tmp_path}/bin
+        {writer.replace("/app/.venv/bin", f"{tmp_path}/bin")}
+    """
+    subprocess.run(["sh", "-ec", script], env={"OPERATOR": operator, "PATH": "/usr/bin:/bin"}, check=True)
+    written = (tmp_path / "bin" / command).read_text()
+    assert written == f'#!/bin/sh\nexec python -m {package_of(operator)} "$@"\n'
+
+
+def test_the_image_runs_as_non_root_with_its_labels() -> None:
+    _, runtime = stages(instructions())
+    users = [i.arguments for i in runtime if i.keyword.upper() == "USER"]
     assert len(users) == 1
     user, _, group = users[0].partition(":")
     assert user not in {"root", "0", ""}, "the image runs as non-root"
     assert user.isdigit(), "numeric, so the kubelet can check runAsNonRoot"
     assert int(user) > 0
     assert group not in {"root", "0"}
-
-    (entrypoint,) = [i.arguments for i in stage if i.keyword.upper() == "ENTRYPOINT"]
-    assert entrypoint == f'["python", "-m", "{package_of(operator)}"]'
-    assert (repo_root() / "operators" / operator / "src" / package_of(operator) / "__main__.py").is_file()
-
-    declared = {i.arguments.split("=")[0] for i in stage if i.keyword.upper() == "ARG"}
-    found_labels = labels(stage)
-    assert found_labels[f"{OCI}title"] == f"capfleet-{operator}"
+    declared = {i.arguments.split("=")[0] for i in runtime if i.keyword.upper() == "ARG"}
+    found_labels = labels(runtime)
+    assert found_labels[f"{OCI}title"] == "capfleet-${OPERATOR}"
     assert found_labels[f"{OCI}description"]
     for key, arg in (("version", "VERSION"), ("revision", "REVISION"), ("source", "SOURCE")):
         assert found_labels[f"{OCI}{key}"] == f"${{{arg}}}"
         assert arg in declared, f"ARG {arg} is declared in the runtime stage"
+    assert "OPERATOR" in declared
 
 
 @pytest.mark.parametrize("operator", OPERATORS)
-def test_only_libvirt_vm_installs_libvirt(operator: str) -> None:
-    runs = " ".join(i.arguments for i in instructions(operator) if i.keyword.upper() == "RUN")
-    assert ("libvirt" in runs) == (operator == LIBVIRT)
+def test_only_libvirt_vm_installs_libvirt(operator: str, tmp_path: Path) -> None:
+    build, runtime = stages(instructions())
+    installs = [
+        i.arguments for i in build + runtime if i.keyword.upper() == "RUN" and "apt-get" in i.arguments
+    ]
+    assert len(installs) == 2, "one package step per stage"
+    build_out, runtime_out = (run_shell(step, operator, tmp_path) for step in installs)
+    assert build_out.returncode == runtime_out.returncode == 0, build_out.stderr + runtime_out.stderr
+    installed = build_out.stdout + runtime_out.stdout
+    assert ("libvirt" in installed) == (operator == LIBVIRT)
     if operator == LIBVIRT:
-        runtime = " ".join(i.arguments for i in final_stage(instructions(operator)) if i.keyword == "RUN")
-        assert re.search(r"\blibvirt0\b", runtime), "the client library, nothing more, in the runtime stage"
-        assert "libvirt-daemon" not in runtime
-        assert "libvirt-clients" not in runtime
+        assert re.search(r"\blibvirt0\b", runtime_out.stdout), "the client library in the runtime stage"
+        assert "libvirt-daemon" not in runtime_out.stdout
+        assert "libvirt-clients" not in runtime_out.stdout
 
 
-def normalised(operator: str) -> list[tuple[str, str]]:
-    """The instructions with the operator's names replaced and libvirt's package installs removed."""
-    result = []
-    for instruction in instructions(operator):
-        if instruction.keyword.upper() == "RUN" and "apt-get" in instruction.arguments:
-            continue
-        arguments = instruction.arguments.replace(operator, "<operator>").replace(
-            package_of(operator), "<pkg>"
-        )
-        if instruction.keyword.upper() == "LABEL":
-            arguments = re.sub(r'(description=)"[^"]*"', r"\1...", arguments)
-        result.append((instruction.keyword.upper(), arguments))
-    return result
+def test_an_unknown_operator_stops_the_build(tmp_path: Path) -> None:
+    build, _ = stages(instructions())
+    [step] = [i.arguments for i in build if i.keyword.upper() == "RUN" and "apt-get" in i.arguments]
+    refused = run_shell(step, "nginx", tmp_path)
+    assert refused.returncode != 0
+    assert "OPERATOR must name one of the five operators" in refused.stderr
 
 
-def test_the_five_dockerfiles_share_one_structure() -> None:
-    reference = normalised(OPERATORS[0])
-    for operator in OPERATORS[1:]:
-        assert normalised(operator) == reference, operator
+def test_make_images_and_compose_build_every_operator_from_it() -> None:
+    makefile = (repo_root() / "Makefile").read_text()
+    assert "-f operators/Dockerfile --build-arg OPERATOR=$$op" in makefile
+    compose = yaml.safe_load((repo_root() / "docker-compose.yaml").read_text())
+    for operator in OPERATORS:
+        build = compose["services"][operator]["build"]
+        assert build["dockerfile"] == "operators/Dockerfile"
+        assert build["args"] == {"OPERATOR": operator}
+    assert not list((repo_root() / "operators").glob("*/Dockerfile")), "no per-operator copies"
 
 
 def test_make_images_without_a_container_engine_fails_plainly() -> None:

@@ -1,13 +1,14 @@
 """The built node image really boots as a Cluster API machine would: QEMU (TCG), a NoCloud seed, cloud-init.
 
-The VM gets what the libvirt-vm operator gives one (machine `pc` with SeaBIOS, the disk on virtio, a
-`cidata` ISO on the IDE CD-ROM hdc, a virtio NIC, the console on ttyS0) and a seed made by the operator's
-own seeding functions: network-config v2 with a static address matched by MAC, and a `## template: jinja`
-cloud-config as CAPI's kubeadm bootstrap writes them. Its runcmd prints what a kubeadm node needs on the
-serial console: containerd up and the preloaded images imported, kubelet and kubeadm, br_netfilter and
-ip_forward, the hostname and the static address. The disk is a qcow2 overlay (bigger than the image, so
-growpart has work to do); the image is never modified. QEMU's user-mode network is `restrict=on`: the
-guest reaches nothing. The image is the session's `node_image` (built before the first test if missing).
+The VM gets what the libvirt-vm operator gives one (machine `pc` with SeaBIOS, the disk on virtio, a `cidata`
+ISO on the IDE CD-ROM hdc, a virtio NIC, the console on ttyS0) and a seed made by the fleet's renderer
+(`capfleet.cloudinit`) and libvirt-vm's ISO builder: network-config v2 with a static address matched by MAC,
+and a `## template: jinja` cloud-config as CAPI's kubeadm bootstrap writes them. Its runcmd prints what a
+kubeadm node needs on the serial console: containerd up and the preloaded images imported, kubelet and
+kubeadm, br_netfilter and ip_forward, the hostname and the static address. The disk is a qcow2 overlay (bigger
+than the image, so growpart has work to do); the image is never modified. QEMU's user-mode network is
+`restrict=on`: the guest reaches nothing. The image is the session's `node_image` (built before the first test
+if missing).
 """
 
 from __future__ import annotations
@@ -23,12 +24,13 @@ import pytest
 import yaml
 
 from capfleet.api.libvirt import VMInterface
+
+# The operator's own seed functions (its package has no py.typed: e2e does not type-check operators).
+from capfleet.cloudinit import meta_data, network_config
 from capfleet_e2e.kubebin import artifacts_dir
 from capfleet_e2e.nodeimage.build import NodeImage
 from capfleet_e2e.nodeimage.versions import NodeImageVersions
-
-# The operator's own seed functions (its package has no py.typed: e2e does not type-check operators).
-from libvirt_vm.seeding import cidata_iso, meta_data, network_config, seed_files  # type: ignore[import-untyped]
+from libvirt_vm.seeding import cidata_iso, seed_files  # type: ignore[import-untyped]
 
 pytestmark = pytest.mark.integration
 

@@ -81,3 +81,9 @@ def test_event_body_refers_to_the_object_and_truncates() -> None:
     assert event["involvedObject"]["uid"] == "u-1"
     assert event["metadata"]["namespace"] == "ns"
     assert len(event["message"]) == 1024
+
+
+def test_resource_watch_is_what_kopf_takes() -> None:
+    from capfleet.api import kinds
+
+    assert kinds.LIBVIRT_VM.resource.watch == (kinds.LIBVIRT_GROUP, kinds.VERSION, "libvirtvms")

@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from baremetal_provision.backends import bmc
+from baremetal_provision.backends import base, bmc
 from capfleet import resources
 from capfleet.api import kinds
 from capfleet.kube import Kube
@@ -107,14 +107,14 @@ def ipmi_spec(vbmc: VirtualBmc, server: BareMetalServer) -> dict[str, Any]:
     return {"address": vbmc.address, "credentialsSecretRef": {"name": f"{server.name}-bmc"}}
 
 
-async def facts(server: BareMetalServer, ipmi: VirtualBmc | None = None) -> bmc.SystemFacts:
+async def facts(server: BareMetalServer, ipmi: VirtualBmc | None = None) -> base.SystemFacts:
     """What the server's BMC (its Redfish emulator, or `ipmi`) reports now."""
     if ipmi is not None:
         target = bmc.connect(
-            ipmi.address, bmc.Credentials(ipmi.username, ipmi.password), verify=True, ipmi_cipher_suite=3
+            ipmi.address, base.Credentials(ipmi.username, ipmi.password), verify=True, ipmi_cipher_suite=3
         )
     else:
-        credentials = bmc.Credentials(server.username, server.password, server.ca_cert.read_text())
+        credentials = base.Credentials(server.username, server.password, server.ca_cert.read_text())
         target = bmc.connect(server.bmc_address, credentials, verify=True)
     try:
         return await target.facts()

@@ -10,13 +10,30 @@ import pytest
 from prometheus_client import REGISTRY
 
 from baremetal_provision import markers, provisioning, serving
-from baremetal_provision.backends import bmc
+from baremetal_provision.backends import base, bmc
 from capfleet import errors
+from capfleet.api import kinds
+
+SPEC = {
+    "bmc": {"address": "ipmi://10.0.0.1", "credentialsSecretRef": {"name": "bm-bmc"}},
+    "bootMACAddress": "52:54:00:aa:bb:01",
+    "os": {"kernelURL": "http://h/k", "initrdURL": "http://h/i"},
+    "userDataSecretRef": {"name": "bm-bootstrap"},
+}
+
+
+def instance(meta: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{kinds.BAREMETAL_GROUP}/{kinds.VERSION}",
+        "kind": "BaremetalInstance",
+        "metadata": meta,
+        "spec": {**SPEC, **spec},
+    }
 
 
 def body(phase: str | None = None, **annotations: str) -> dict[str, Any]:
     status = {"phase": phase} if phase else {}
-    return {"metadata": {"name": "bm", "annotations": annotations}, "spec": {}, "status": status}
+    return {**instance({"name": "bm", "namespace": "ns", "annotations": annotations}), "status": status}
 
 
 def test_a_lost_status_is_rebuilt_once_the_server_was_network_booted() -> None:
@@ -45,17 +62,16 @@ def test_deleted_instances_are_served_only_while_they_are_cleaned() -> None:
         "deletionTimestamp": "2026-01-01T00:00:00Z",
         "annotations": {markers.TOKEN_SECRET: "s" * 64},
     }
-    cleaning = serving.served_of({"metadata": meta, "spec": {"cleaning": "metadata"}})
+    cleaning = serving.served_of(instance(meta, cleaning="metadata"))
     assert cleaning is not None
     assert cleaning.cleaning
-    assert serving.served_of({"metadata": meta, "spec": {"cleaning": "disabled"}}) is None
+    assert serving.served_of(instance(meta, cleaning="disabled")) is None
     cleaned = {**meta, "annotations": {**meta["annotations"], markers.CLEANED: markers.now()}}
-    assert serving.served_of({"metadata": cleaned, "spec": {"cleaning": "metadata"}}) is None
-    live = serving.served_of(
-        {"metadata": {**meta, "deletionTimestamp": None}, "spec": {"cleaning": "metadata"}}
-    )
+    assert serving.served_of(instance(cleaned, cleaning="metadata")) is None
+    live = serving.served_of(instance({**meta, "deletionTimestamp": None}, cleaning="metadata"))
     assert live is not None
     assert not live.cleaning
+    assert live.spec.boot_mac_address == "52:54:00:aa:bb:01"
 
 
 async def test_bmc_calls_are_counted_by_backend_operation_and_outcome() -> None:
@@ -65,7 +81,7 @@ async def test_bmc_calls_are_counted_by_backend_operation_and_outcome() -> None:
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
     target = bmc.connect(
-        f"redfish+http://127.0.0.1:{port}/redfish/v1/Systems/1", bmc.Credentials("u", "p"), verify=True
+        f"redfish+http://127.0.0.1:{port}/redfish/v1/Systems/1", base.Credentials("u", "p"), verify=True
     )
     with pytest.raises(errors.BackendUnavailable):
         await target.facts()

@@ -6,22 +6,22 @@ import pytest
 from pyghmi import exceptions as ipmi_errors
 from sushy import exceptions as sushy_errors
 
-from baremetal_provision.backends import bmc
+from baremetal_provision.backends import base, bmc
 from capfleet import errors
 
 
 def test_redfish_addresses_are_parsed() -> None:
     parsed = bmc.parse_address("redfish+https://127.0.0.1:8000/redfish/v1/Systems/abc-1")
-    assert parsed == bmc.Address("https://127.0.0.1:8000", "/redfish/v1/Systems/abc-1")
-    assert bmc.parse_address("redfish+http://h/redfish/v1/Systems/1/") == bmc.Address(
+    assert parsed == base.Address("https://127.0.0.1:8000", "/redfish/v1/Systems/abc-1")
+    assert bmc.parse_address("redfish+http://h/redfish/v1/Systems/1/") == base.Address(
         "http://h", "/redfish/v1/Systems/1"
     )
 
 
 def test_ipmi_addresses_are_parsed() -> None:
-    assert bmc.parse_address("ipmi://10.0.0.1:6230") == bmc.IpmiAddress("10.0.0.1", 6230)
-    assert bmc.parse_address("ipmi://bmc.example") == bmc.IpmiAddress("bmc.example", 623)
-    assert bmc.parse_address("ipmi://[fd00::1]:624") == bmc.IpmiAddress("fd00::1", 624)
+    assert bmc.parse_address("ipmi://10.0.0.1:6230") == base.IpmiAddress("10.0.0.1", 6230)
+    assert bmc.parse_address("ipmi://bmc.example") == base.IpmiAddress("bmc.example", 623)
+    assert bmc.parse_address("ipmi://[fd00::1]:624") == base.IpmiAddress("fd00::1", 624)
 
 
 def test_ipmi_errors_map_to_capfleet_errors() -> None:
@@ -55,7 +55,7 @@ def test_bad_addresses_are_refused(address: str, reason: str) -> None:
 
 
 def test_credentials_hide_the_password() -> None:
-    assert "secret" not in repr(bmc.Credentials("admin", "secret"))
+    assert "secret" not in repr(base.Credentials("admin", "secret"))
 
 
 def test_wire_errors_map_to_capfleet_errors() -> None:

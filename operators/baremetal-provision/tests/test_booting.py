@@ -2,12 +2,31 @@
 
 from __future__ import annotations
 
-import json
 import logging
+from typing import Any
+
+import yaml
 
 from baremetal_provision import booting, markers
+from capfleet import cloudinit, pausing
+from capfleet.api.baremetal import BaremetalInstanceSpec, OSProfile
 
-OS = {"kernelURL": "http://h/k", "initrdURL": "http://h/i", "kernelArgs": ["console=ttyS0"]}
+OS = OSProfile.model_validate(
+    {"kernelURL": "http://h/k", "initrdURL": "http://h/i", "kernelArgs": ["console=ttyS0"]}
+)
+
+
+def spec(**fields: Any) -> BaremetalInstanceSpec:
+    """A valid spec with `fields` (wire names) on top."""
+    return BaremetalInstanceSpec.model_validate(
+        {
+            "bmc": {"address": "ipmi://10.0.0.1", "credentialsSecretRef": {"name": "bmc"}},
+            "bootMACAddress": "52:54:00:aa:bb:01",
+            "os": OS.to_wire(),
+            "userDataSecretRef": {"name": "bootstrap"},
+            **fields,
+        }
+    )
 
 
 def test_boot_script_chains_to_the_per_mac_script() -> None:
@@ -33,21 +52,51 @@ def test_macs_are_normalized_or_refused() -> None:
     assert booting.normalize_mac("${net0/mac}") is None
 
 
-def test_meta_data_has_instance_id_hostname_and_provider_id() -> None:
-    data = json.loads(booting.meta_data("ns", "bm1", {"hostname": "node-1"}))
+def test_meta_data_is_yaml_with_instance_id_hostname_and_provider_id() -> None:
+    data = yaml.safe_load(booting.meta_data("ns", "bm1", spec(hostname="node-1")))
     assert data == {
-        "instance-id": "ns-bm1",
+        "instance-id": cloudinit.instance_id("ns", "bm1"),
         "local-hostname": "node-1",
         "provider-id": "capfleet://metal/ns/bm1",
     }
-    given = json.loads(booting.meta_data("ns", "bm1", {"providerID": "capfleet://metal/42"}))
+    given = yaml.safe_load(booting.meta_data("ns", "bm1", spec(providerID="capfleet://metal/42")))
     assert given["provider-id"] == "capfleet://metal/42"
     assert given["local-hostname"] == "bm1"
 
 
+def test_meta_data_carries_extra_keys_under_the_fixed_ones() -> None:
+    extra = {"rack": "r12", "instance-id": "mine", "local-hostname": "other"}
+    data = yaml.safe_load(booting.meta_data("ns", "bm1", spec(metaData=extra)))
+    assert data["rack"] == "r12"
+    assert data["instance-id"] == cloudinit.instance_id("ns", "bm1")
+    assert data["local-hostname"] == "bm1"
+
+
 def test_network_config_only_when_given() -> None:
-    assert booting.network_config({}) is None
-    assert json.loads(booting.network_config({"networkData": {"version": 2}}) or "") == {"version": 2}
+    assert booting.network_config(spec()) is None
+    assert booting.network_config(spec(networkData={})) is None
+    document = {"version": 2, "ethernets": {"eno1": {"dhcp4": True}}}
+    assert yaml.safe_load(booting.network_config(spec(networkData=document)) or "") == document
+
+
+def test_network_config_is_rendered_from_the_interfaces() -> None:
+    nic = {
+        "name": "eno1",
+        "macAddress": "52:54:00:aa:bb:01",
+        "addresses": ["10.0.0.5/24"],
+        "gateway": "10.0.0.1",
+    }
+    rendered = yaml.safe_load(booting.network_config(spec(interfaces=[nic])) or "")
+    assert rendered == cloudinit.network_document(spec(interfaces=[nic]).interfaces)
+    assert rendered["ethernets"]["eno1"]["match"] == {"macaddress": "52:54:00:aa:bb:01"}
+    assert rendered["ethernets"]["eno1"]["routes"] == [{"to": "0.0.0.0/0", "via": "10.0.0.1"}]
+
+
+def test_network_data_wins_over_the_interfaces() -> None:
+    nic = {"macAddress": "52:54:00:aa:bb:01"}
+    document = {"version": 2, "ethernets": {}}
+    chosen = spec(networkData=document, interfaces=[nic])
+    assert yaml.safe_load(booting.network_config(chosen) or "") == document
 
 
 def test_token_depends_on_secret_and_name_but_not_uid() -> None:
@@ -73,19 +122,20 @@ def test_cleaning_script_calls_back_to_the_cleaning_url_and_has_no_seed() -> Non
 
 def test_the_cleaning_profile_is_its_own_or_the_installers() -> None:
     cleaner = {"kernelURL": "http://h/ck", "initrdURL": "http://h/ci"}
-    assert booting.cleaning_profile({"os": OS, "cleaningOs": cleaner}) == cleaner
-    assert booting.cleaning_profile({"os": OS}) == OS
+    assert booting.cleaning_profile(spec(cleaningOs=cleaner)) == OSProfile.model_validate(cleaner)
+    assert booting.cleaning_profile(spec()) == OS
 
 
 def test_cleaning_is_for_metadata_cleaning_of_deleted_instances_not_moved() -> None:
     deleted = {"name": "bm", "deletionTimestamp": "2026-01-01T00:00:00Z"}
-    assert markers.cleaning_pending(deleted, {"cleaning": "metadata"})
-    assert not markers.cleaning_pending(deleted, {"cleaning": "disabled"})
-    assert not markers.cleaning_pending({"name": "bm"}, {"cleaning": "metadata"})
-    moved = {**deleted, "annotations": {markers.DELETE_FOR_MOVE: ""}}
-    assert not markers.cleans(moved, {"cleaning": "metadata"})
+    metadata, disabled = spec(cleaning="metadata"), spec(cleaning="disabled")
+    assert markers.cleaning_pending(deleted, metadata)
+    assert not markers.cleaning_pending(deleted, disabled)
+    assert not markers.cleaning_pending({"name": "bm"}, metadata)
+    moved = {**deleted, "annotations": {pausing.DELETE_FOR_MOVE_ANNOTATION: ""}}
+    assert not markers.cleans(moved, metadata)
     done = {**deleted, "annotations": {markers.CLEANED: "2026-01-01T00:00:01Z"}}
-    assert not markers.cleaning_pending(done, {"cleaning": "metadata"})
+    assert not markers.cleaning_pending(done, metadata)
 
 
 def test_token_secrets_are_redacted_from_log_lines() -> None:

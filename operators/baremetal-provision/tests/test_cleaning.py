@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 from baremetal_helpers import INSTANCES, boot_files, create_instance, create_secrets, facts, operator_env
 
-from baremetal_provision import markers
-from capfleet import resources
+from capfleet import pausing, resources
 from capfleet.kube import Kube
 from capfleet_e2e.baremetal.lab import PxeLab
 from capfleet_e2e.baremetal.servers import BareMetalServer
@@ -58,7 +57,7 @@ async def test_deletion_cleans_through_the_cleaning_profile(
     assert server.serial_output().count(GUEST_BOOT) == 1
 
     # clusterctl move deletes the source object after copying it: the server is left as it is.
-    move = {"metadata": {"annotations": {markers.DELETE_FOR_MOVE: ""}}}
+    move = {"metadata": {"annotations": {pausing.DELETE_FOR_MOVE_ANNOTATION: ""}}}
     await kube.patch(INSTANCES, moved.name, move, namespace)
     await kube.delete(INSTANCES, moved.name, namespace)
 

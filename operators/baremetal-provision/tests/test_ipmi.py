@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from baremetal_provision.backends import bmc
+from baremetal_provision.backends import base, bmc
 from baremetal_provision.backends.ipmi import IpmiBMC
 from capfleet import errors
 from capfleet_e2e.baremetal.ipmi import VirtualBmc
@@ -20,8 +20,8 @@ pytestmark = pytest.mark.integration
 
 def ipmi_backend(vbmc: VirtualBmc, password: str | None = None) -> IpmiBMC:
     address = bmc.parse_address(vbmc.address)
-    assert isinstance(address, bmc.IpmiAddress)
-    credentials = bmc.Credentials(vbmc.username, password or vbmc.password)
+    assert isinstance(address, base.IpmiAddress)
+    credentials = base.Credentials(vbmc.username, password or vbmc.password)
     return IpmiBMC(address, credentials, cipher_suite=3)
 
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from baremetal_provision import markers, phases
-from baremetal_provision.backends.bmc import SystemFacts
+from baremetal_provision.backends.base import SystemFacts
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 ON_PXE = SystemFacts("On", "pxe", "Continuous")

@@ -67,7 +67,7 @@ async def test_provision_deprovision_and_timeout(
     assert (condition(obj, "Ready") or {}).get("status") == "True"
     serial = good.serial_output()
     assert "installed-by-capfleet" in serial, "the guest fetched the bootstrap data as user-data"
-    assert f'provider-id": "capfleet://metal/{namespace}/{good.name}' in serial
+    assert f"provider-id: capfleet://metal/{namespace}/{good.name}" in serial
     seen = await facts(good)
     assert (seen.boot_device, seen.boot_override) == ("disk", "Continuous")
 

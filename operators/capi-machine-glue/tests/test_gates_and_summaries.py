@@ -6,6 +6,8 @@ from typing import Any
 
 from glue_helpers import cluster
 
+from capfleet import resources
+from capfleet.api import kinds
 from capfleet.conditions import Update
 from capi_machine_glue import gates, summaries
 from capi_machine_glue.clusters import failure_domains
@@ -22,6 +24,11 @@ CLUSTER: dict[str, Any] = {
 }
 
 
+HYBRID = kinds.HYBRID_CLUSTER.parse(
+    {"apiVersion": kinds.HYBRID_CLUSTER.resource.api_version, "kind": "HybridCluster", "spec": {}}
+)
+
+
 def ready(status: str, reason: str = "R", message: str = "") -> dict[str, Any]:
     return {
         "type": "Ready",
@@ -33,11 +40,14 @@ def ready(status: str, reason: str = "R", message: str = "") -> dict[str, Any]:
 
 
 def test_cluster_infrastructure_waits_in_order() -> None:
+    cluster = gates.Cluster.parse(CLUSTER)
     assert gates.cluster_infrastructure("c", None, None).reason == "WaitingForCluster"
-    assert gates.cluster_infrastructure("c", CLUSTER, None).reason == "WaitingForHybridCluster"
-    unprovisioned = {**CLUSTER, "status": {}}
-    assert gates.cluster_infrastructure("c", unprovisioned, {}).reason == "WaitingForClusterInfrastructure"
-    assert gates.cluster_infrastructure("c", CLUSTER, {}).status == "True"
+    assert gates.cluster_infrastructure("c", cluster, None).reason == "WaitingForHybridCluster"
+    unprovisioned = gates.Cluster.parse({**CLUSTER, "status": {}})
+    assert (
+        gates.cluster_infrastructure("c", unprovisioned, HYBRID).reason == "WaitingForClusterInfrastructure"
+    )
+    assert gates.cluster_infrastructure("c", cluster, HYBRID).status == "True"
     other = {
         "spec": {
             "infrastructureRef": {
@@ -47,24 +57,38 @@ def test_cluster_infrastructure_waits_in_order() -> None:
             }
         }
     }
-    assert gates.cluster_infrastructure("c", other, None).reason == "NotAHybridCluster"
+    assert gates.cluster_infrastructure("c", gates.Cluster.parse(other), None).reason == "NotAHybridCluster"
 
 
 def test_workers_wait_for_the_control_plane_and_control_plane_machines_do_not() -> None:
-    worker: dict[str, Any] = {"metadata": {"labels": {}}, "spec": {}}
-    cp: dict[str, Any] = {"metadata": {"labels": {"cluster.x-k8s.io/control-plane": ""}}, "spec": {}}
-    assert gates.control_plane_initialized(cp, CLUSTER).status == "True"
-    assert gates.control_plane_initialized(worker, CLUSTER).reason == "WaitingForControlPlaneInitialized"
-    by_condition = {
-        **CLUSTER,
-        "status": {"conditions": [{**ready("True"), "type": "ControlPlaneInitialized"}]},
-    }
+    cluster = gates.Cluster.parse(CLUSTER)
+    worker = gates.Machine.parse({"metadata": {"labels": {}}, "spec": {}})
+    cp = gates.Machine.parse({"metadata": {"labels": {"cluster.x-k8s.io/control-plane": ""}}, "spec": {}})
+    assert gates.control_plane_initialized(cp, cluster).status == "True"
+    assert gates.control_plane_initialized(worker, cluster).reason == "WaitingForControlPlaneInitialized"
+    by_condition = gates.Cluster.parse(
+        {**CLUSTER, "status": {"conditions": [{**ready("True"), "type": "ControlPlaneInitialized"}]}}
+    )
     assert gates.control_plane_initialized(worker, by_condition).status == "True"
-    by_field = {**CLUSTER, "status": {"initialization": {"controlPlaneInitialized": True}}}
+    by_field = gates.Cluster.parse(
+        {**CLUSTER, "status": {"initialization": {"controlPlaneInitialized": True}}}
+    )
     assert gates.control_plane_initialized(worker, by_field).status == "True"
     assert gates.bootstrap_data(worker).reason == "WaitingForBootstrapData"
-    worker["spec"]["bootstrap"] = {"dataSecretName": "w-0"}
-    assert gates.bootstrap_data(worker) == Update.true("BootstrapDataReady", "Available", "Secret w-0")
+    bootstrapped = gates.Machine.parse({"spec": {"bootstrap": {"dataSecretName": "w-0"}}})
+    assert gates.bootstrap_data(bootstrapped) == Update.true("BootstrapDataReady", "Available", "Secret w-0")
+
+
+def test_the_machine_group_is_its_controller() -> None:
+    owners = [
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "x"},
+        {"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineSet", "name": "ms", "controller": True},
+    ]
+    machine = gates.Machine.parse({"metadata": {"ownerReferences": owners}})
+    assert gates.machine_group(machine) == "MachineSet/ms"
+    assert gates.capi_owner({"ownerReferences": owners}, resources.CAPI_MACHINES) is None
+    owned = [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "name": "m-0"}]
+    assert gates.capi_owner({"ownerReferences": owned}, resources.CAPI_MACHINES) == "m-0"
 
 
 def test_a_childs_ready_condition_becomes_the_step_with_its_own_reason_and_message() -> None:
@@ -82,12 +106,15 @@ def test_a_childs_ready_condition_becomes_the_step_with_its_own_reason_and_messa
 
 
 def test_claims_are_allocated_only_when_every_claim_has_an_address() -> None:
+    pool = {"poolRef": {"apiGroup": "ipam.capfleet.dev", "kind": "IPPool", "name": "v4"}}
     bound = {
         "metadata": {"name": "a"},
+        "spec": pool,
         "status": {"addressRef": {"name": "a"}, "conditions": [ready("True")]},
     }
     unbound = {
         "metadata": {"name": "b"},
+        "spec": pool,
         "status": {"conditions": [ready("False", "PoolExhausted", "no free address")]},
     }
     assert summaries.claims_ready([]).reason == "NoPools"
@@ -96,6 +123,8 @@ def test_claims_are_allocated_only_when_every_claim_has_an_address() -> None:
         "AddressesAllocated", "PoolExhausted", "IPAddressClaim b: no free address"
     )
     assert summaries.claims_ready([("c", None)]).reason == "Creating"
+    not_yet = {**bound, "status": {"conditions": [ready("True")]}}
+    assert summaries.claims_ready([("a", not_yet)]).reason == "Pending"
 
 
 def test_failure_domains_are_reported_as_the_v1beta2_list() -> None:

@@ -94,11 +94,13 @@ async def test_vm_machine_waits_then_gets_address_and_vm_and_reports_the_vms_own
     assert vm["metadata"]["ownerReferences"][0]["uid"] == machine["metadata"]["uid"]
     assert vm["spec"]["interfaces"] == [
         {
+            "name": "eth0",
             "bridge": "br0",
             "userMode": False,
             "macAddress": names.mac_address(namespace, "cp-0", "eth0"),
             "addresses": [f"{address}/24"],
             "gateway": "10.77.0.1",
+            "nameservers": [],
         }
     ]
     assert vm["spec"]["cloudInit"]["userDataSecretRef"] == {"name": "cp-0-data", "key": "value"}
@@ -182,7 +184,12 @@ async def test_metal_worker_waits_for_control_plane_claims_a_device_then_provisi
         kube, namespace, "c1", infrastructureProvisioned=True, controlPlaneInitialized=True
     )
     device = await child(kube, DEVICES, namespace, "w-0")
-    assert device["spec"]["selector"] == {"role": "worker", "status": "inventory"}
+    assert device["spec"]["selector"] == {
+        "role": "worker",
+        "status": "inventory",
+        "tags": [],
+        "customFields": {},
+    }
     assert device["spec"]["connectionSecretRef"] == {"name": "netbox"}
     await machine_condition(kube, namespace, "w-0", "DeviceClaimed", "Pending")
 
@@ -204,7 +211,13 @@ async def test_metal_worker_waits_for_control_plane_claims_a_device_then_provisi
     }
     assert instance["spec"]["bootMACAddress"] == "52:54:00:aa:bb:07"
     assert instance["spec"]["providerID"] == "capfleet://metal/7"
-    assert instance["spec"]["networkData"]["ethernets"]["eno1"]["addresses"] == [f"{address}/24"]
+    assert instance["spec"]["interfaces"][0]["name"] == "eno1"
+    assert instance["spec"]["interfaces"][0]["macAddress"] == "52:54:00:aa:bb:07"
+    assert instance["spec"]["interfaces"][0]["addresses"] == [f"{address}/24"]
+    assert instance["spec"]["metaData"] == {
+        "control-plane-endpoint-host": "10.77.0.5",
+        "control-plane-endpoint-port": "6443",
+    }
     machine = await eventually(
         "providerID before provisioned",
         lambda: _with_provider_id(kube, namespace, "w-0"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from glue_helpers import cluster, metal_machine, vm_machine
 
-from capfleet import errors
+from capfleet import cloudinit, errors
 from capfleet.api.netbox import NetboxDeviceStatus
 from capi_machine_glue import names, specs
 
@@ -47,7 +47,7 @@ def test_long_names_are_cut_with_a_hash_that_keeps_them_distinct() -> None:
 def test_address_claims_one_per_pool_with_the_cluster_name() -> None:
     plans = specs.address_claims(vm_machine(), FACTS)
     assert [(p.name, p.interface) for p in plans] == [("cp-0-eth0-0", "eth0")]
-    assert plans[0].spec == {
+    assert plans[0].spec.to_wire() == {
         "poolRef": {"apiGroup": "ipam.capfleet.dev", "kind": "IPPool", "name": "v4"},
         "clusterName": "c1",
     }
@@ -55,7 +55,7 @@ def test_address_claims_one_per_pool_with_the_cluster_name() -> None:
 
 def test_vm_spec_merges_selectors_and_places_addresses_gateway_and_dns_on_the_default_nic() -> None:
     facts = specs.MachineFacts(**{**FACTS.__dict__, "failure_domain": "fd-a"})
-    spec = specs.vm_spec(vm_machine(), cluster(), facts, V4)
+    spec = specs.vm_spec(vm_machine(), cluster(), facts, V4).to_wire()
     assert spec["hypervisorSelector"] == {"matchLabels": {"rack": "r1", "zone": "a"}}
     assert spec["failureDomain"] == "fd-a"
     assert spec["antiAffinityKey"] == "KubeadmControlPlane/cp"
@@ -64,13 +64,22 @@ def test_vm_spec_merges_selectors_and_places_addresses_gateway_and_dns_on_the_de
     assert "sourceImage" not in spec["disks"][1]
     eth0, eth1 = spec["interfaces"]
     assert eth0 == {
+        "name": "eth0",
         "macAddress": names.mac_address("ns", "cp-0", "eth0"),
         "bridge": "br0",
+        "userMode": False,
         "addresses": ["192.0.2.21/24"],
         "gateway": "192.0.2.1",
         "nameservers": ["192.0.2.53"],
     }
-    assert eth1 == {"macAddress": names.mac_address("ns", "cp-0", "eth1"), "network": "storage"}
+    assert eth1 == {
+        "name": "eth1",
+        "macAddress": names.mac_address("ns", "cp-0", "eth1"),
+        "network": "storage",
+        "userMode": False,
+        "addresses": [],
+        "nameservers": [],
+    }
     assert spec["cloudInit"]["userDataSecretRef"] == {"name": "cp-0-bootstrap", "key": "value"}
     assert spec["cloudInit"]["metaData"] == {
         "control-plane-endpoint-host": "192.0.2.10",
@@ -80,7 +89,7 @@ def test_vm_spec_merges_selectors_and_places_addresses_gateway_and_dns_on_the_de
 
 def test_a_cluster_without_endpoint_yet_adds_no_meta_data() -> None:
     spec = specs.vm_spec(vm_machine(), cluster(controlPlaneEndpoint=None), FACTS, V4)
-    assert spec["cloudInit"]["metaData"] == {}
+    assert spec.cloud_init.meta_data == {}
 
 
 def test_unknown_failure_domain_and_conflicting_labels_are_invalid_specs() -> None:
@@ -102,19 +111,30 @@ def test_unknown_failure_domain_and_conflicting_labels_are_invalid_specs() -> No
 def test_netbox_vm_record_only_when_the_cluster_names_a_netbox_cluster_or_site() -> None:
     record = specs.netbox_vm_spec(vm_machine(), cluster(), FACTS, V4)
     assert record is not None
-    assert record["cluster"] == "k8s-vms"
-    assert record["tenant"] == "team-a"
-    assert record["diskGiB"] == 15
-    assert record["interfaces"][0]["addresses"] == ["192.0.2.21/24"]
+    assert record.cluster == "k8s-vms"
+    assert record.tenant == "team-a"
+    assert record.disk_gib == 15
+    assert record.interfaces[0].addresses == ["192.0.2.21/24"]
     no_place = cluster(netbox={"connectionSecretRef": {"name": "netbox"}})
     assert specs.netbox_vm_spec(vm_machine(), no_place, FACTS, V4) is None
 
 
 def test_device_selector_is_narrowed_by_the_failure_domain() -> None:
     facts = specs.MachineFacts(**{**FACTS.__dict__, "failure_domain": "fd-a"})
-    spec = specs.device_spec(metal_machine(), cluster(), facts)
-    assert spec["selector"] == {"role": "worker", "tags": ["fast", "k8s"], "site": "dc-a"}
-    assert spec["claim"]["tenant"] == "team-a"
+    spec = specs.device_spec(metal_machine(), cluster(), facts).to_wire()
+    # status: the CRD's default; customFields: empty, as absent means.
+    assert spec["selector"] == {
+        "role": "worker",
+        "tags": ["fast", "k8s"],
+        "site": "dc-a",
+        "status": "inventory",
+        "customFields": {},
+    }
+    assert spec["claim"] == {
+        "tenant": "team-a",
+        "status": "active",
+        "description": "capfleet machine ns/cp-0",
+    }
     clash = metal_machine(
         baremetal={
             "deviceSelector": {"site": "dc-b"},
@@ -129,13 +149,34 @@ def test_device_selector_is_narrowed_by_the_failure_domain() -> None:
 
 def test_instance_spec_from_the_claimed_device() -> None:
     spec = specs.instance_spec(metal_machine(), cluster(), FACTS, DEVICE, {"eno1": V4["eth0"]})
-    assert spec["bmc"] == {
+    wire = spec.to_wire()
+    assert wire["bmc"] == {
         "address": "redfish+https://10.9.0.42/redfish/v1/Systems/SN42",
         "credentialsSecretRef": {"name": "bmc"},
+        "disableCertificateVerification": False,
     }
-    assert spec["bootMACAddress"] == "aa:00:00:00:00:02"
-    assert spec["providerID"] == "capfleet://metal/42"
-    assert spec["networkData"] == {
+    assert wire["bootMACAddress"] == "aa:00:00:00:00:02"
+    assert wire["providerID"] == "capfleet://metal/42"
+    assert wire["interfaces"] == [
+        {
+            "name": "eno1",
+            "macAddress": "aa:00:00:00:00:02",
+            "addresses": ["192.0.2.21/24"],
+            "gateway": "192.0.2.1",
+            "nameservers": ["192.0.2.53"],
+        }
+    ]
+    assert "networkData" not in wire
+    assert wire["metaData"] == {
+        "control-plane-endpoint-host": "192.0.2.10",
+        "control-plane-endpoint-port": "6443",
+    }
+    assert wire["cleaning"] == "disabled"
+
+
+def test_a_server_boots_with_the_network_config_it_had_before_and_a_vm_names_nics_alike() -> None:
+    spec = specs.instance_spec(metal_machine(), cluster(), FACTS, DEVICE, {"eno1": V4["eth0"]})
+    assert cloudinit.network_document(spec.interfaces) == {
         "version": 2,
         "ethernets": {
             "eno1": {
@@ -147,7 +188,35 @@ def test_instance_spec_from_the_claimed_device() -> None:
             }
         },
     }
-    assert spec["cleaning"] == "disabled"
+    vm = specs.vm_spec(vm_machine(), cluster(), FACTS, V4)
+    assert list(cloudinit.network_document(vm.interfaces)["ethernets"]) == ["eth0", "eth1"]
+    dhcp = specs.instance_spec(metal_machine(), cluster(), FACTS, DEVICE, {})
+    assert cloudinit.network_document(dhcp.interfaces)["ethernets"]["eno1"] == {
+        "match": {"macaddress": "aa:00:00:00:00:02"},
+        "set-name": "eno1",
+        "dhcp4": True,
+        "nameservers": {"addresses": ["192.0.2.53"]},
+    }
+
+
+def test_an_interface_name_a_guest_cannot_use_leaves_the_nic_named_by_position() -> None:
+    assert specs.guest_name("eno1") == "eno1"
+    assert specs.guest_name("Ethernet1/1") is None
+    assert specs.guest_name("a-very-long-interface") is None
+
+
+def test_child_specs_parse_back_to_themselves() -> None:
+    facts = specs.MachineFacts(**{**FACTS.__dict__, "failure_domain": "fd-a"})
+    built = [
+        specs.vm_spec(vm_machine(), cluster(), facts, V4),
+        specs.netbox_vm_spec(vm_machine(), cluster(), facts, V4),
+        specs.device_spec(metal_machine(), cluster(), facts),
+        specs.instance_spec(metal_machine(), cluster(), facts, DEVICE, {"eno1": V4["eth0"]}),
+        specs.address_claims(vm_machine(), facts)[0].spec,
+    ]
+    for spec in built:
+        assert spec is not None
+        assert type(spec).model_validate(spec.to_wire()) == spec
 
 
 def test_server_problems_are_named() -> None:
@@ -164,3 +233,7 @@ def test_server_problems_are_named() -> None:
         specs.instance_spec(named, cluster(), FACTS, DEVICE, {})
     with pytest.raises(errors.InvalidSpec, match="bmcCredentialsSecretRef"):
         specs.instance_spec(metal_machine(), cluster(baremetal=None), FACTS, DEVICE, {})
+    unknown = metal_machine(network={"interfaces": [{"name": "eno2"}]})
+    with pytest.raises(errors.InvalidSpec, match="no interface eno2 with a MAC") as raised:
+        specs.instance_spec(unknown, cluster(), FACTS, DEVICE, {})
+    assert raised.value.reason == "UnknownInterface"

@@ -1,4 +1,7 @@
-"""Pure parts of a VM: deterministic names, domain XML with its owner element, and the NoCloud seed."""
+"""Pure parts of a VM: deterministic names, domain XML with its owner element, and the NoCloud seed ISO.
+
+The seed documents themselves are rendered by `capfleet.cloudinit` (tested in shared/tests).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import xml.etree.ElementTree as ET
 import pycdlib
 import yaml
 
+from capfleet import cloudinit
 from capfleet.api.libvirt import VMInterface
 from libvirt_vm import domains, names, seeding
 
@@ -58,29 +62,22 @@ def test_domain_xml_names_its_owner_and_devices() -> None:
     assert domains.parse_owner("not xml") is None
 
 
-def test_network_config_v2_static_and_dhcp() -> None:
-    static = nic(userMode=True, addresses=["10.0.0.5/24"], gateway="10.0.0.1", nameservers=["10.0.0.2"])
-    config = yaml.safe_load(seeding.network_config([static, nic(userMode=True)]))
-    assert config["version"] == 2
-    assert config["ethernets"]["eth0"] == {
-        "match": {"macaddress": "52:54:00:00:00:01"},
-        "set-name": "eth0",
-        "addresses": ["10.0.0.5/24"],
-        "routes": [{"to": "0.0.0.0/0", "via": "10.0.0.1"}],
-        "nameservers": {"addresses": ["10.0.0.2"]},
-    }
-    assert config["ethernets"]["eth1"]["dhcp4"] is True
+def test_the_domain_uuid_is_the_guests_instance_id_and_never_changes() -> None:
+    # Pinned: a changed UUID would make libvirt see a second domain and cloud-init a new instance.
+    assert names.domain_uuid("ns", "vm") == "4dcd16b8-7a49-5b35-8c52-19300ed2155d"
+    assert names.domain_uuid("ns", "vm") == cloudinit.instance_id("ns", "vm")
 
 
-def test_meta_data_fixed_keys_win() -> None:
-    meta = yaml.safe_load(
-        seeding.meta_data("id", "host", "capfleet://vm/hv/d", {"provider-id": "x", "a": "b"})
-    )
-    assert meta == {
-        "provider-id": "capfleet://vm/hv/d",
-        "a": "b",
-        "instance-id": "id",
-        "local-hostname": "host",
+def test_vm_nics_are_named_after_their_interface_or_by_index() -> None:
+    static = nic(name="prov", userMode=True, addresses=["10.0.0.5/24"], gateway="10.0.0.1")
+    unnamed = nic(userMode=True, macAddress="52:54:00:00:00:02")
+    config = yaml.safe_load(cloudinit.network_config([static, unnamed]))
+    assert config["ethernets"]["prov"]["set-name"] == "prov"
+    assert config["ethernets"]["prov"]["match"] == {"macaddress": "52:54:00:00:00:01"}
+    assert config["ethernets"]["eth1"] == {
+        "match": {"macaddress": "52:54:00:00:00:02"},
+        "set-name": "eth1",
+        "dhcp4": True,
     }
 
 

@@ -7,6 +7,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
+from capfleet.api.netbox import DeviceClaim, NetboxDeviceSelector
 from netbox_device import claiming
 from netbox_device.selection import OWNER_FIELD, value_of
 
@@ -72,7 +73,9 @@ async def race(devices: FakeDevices, claimants: int) -> dict[str, int | None]:
     """Every claimant in its own process (own `reserved`), all at once."""
 
     async def one(i: int) -> tuple[str, int | None]:
-        claimant = claiming.Claimant(f"m{i % 2}/ns/c{i}", {}, {"tenant": "acme"}, settle_seconds=0.01)
+        claimant = claiming.Claimant(
+            f"m{i % 2}/ns/c{i}", NetboxDeviceSelector(), DeviceClaim(tenant="acme"), settle_seconds=0.01
+        )
         won = await claiming.take(devices, claimant, set())
         return claimant.owner, int(won["id"]) if won else None
 
@@ -102,7 +105,7 @@ async def test_read_back_resolves_races_to_the_last_writer() -> None:
 
 async def test_release_restores_and_held_finds_the_claim_again() -> None:
     devices = FakeDevices(2, etags=True)
-    claimant = claiming.Claimant("m/ns/a", {}, {"status": "active"})
+    claimant = claiming.Claimant("m/ns/a", NetboxDeviceSelector(), DeviceClaim(status="active"))
     won = await claiming.take(devices, claimant, set())
     assert won is not None
     held = await claiming.held(devices, "m/ns/a")

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from capfleet.api.netbox import (
+    DeviceClaim,
+    NetboxDeviceSelector,
+    NetboxVirtualMachineSpec,
+    VirtualMachineInterface,
+)
 from netbox_device import device_status, selection, vm_records
 from netbox_device.selection import OWNER_FIELD, PREVIOUS_FIELD, Previous
 
@@ -26,13 +32,17 @@ def device(**overrides: Any) -> dict[str, Any]:
     return {**base, **overrides}
 
 
+def typed(selector: dict[str, Any]) -> NetboxDeviceSelector:
+    return NetboxDeviceSelector.model_validate(selector)
+
+
 def test_owner_names_instance_namespace_and_object() -> None:
     assert selection.owner_of("mgmt-a", {"namespace": "ns", "name": "m1"}) == "mgmt-a/ns/m1"
 
 
 def test_filters_ask_for_free_devices_matching_every_criterion() -> None:
     selector = {"site": "dc1", "tags": ["gpu"], "customFields": {"rack_row": "A"}, "serial": "SN1"}
-    assert selection.device_filters(selector) == {
+    assert selection.device_filters(typed(selector)) == {
         "status": "inventory",
         f"cf_{OWNER_FIELD}__empty": "true",
         "site": "dc1",
@@ -40,17 +50,20 @@ def test_filters_ask_for_free_devices_matching_every_criterion() -> None:
         "tag": ["gpu"],
         "cf_rack_row": "A",
     }
-    assert selection.describe(selector) == "status=inventory, site=dc1, serial=SN1, tags=[gpu], cf_rack_row=A"
+    assert (
+        selection.describe(typed(selector))
+        == "status=inventory, site=dc1, serial=SN1, tags=[gpu], cf_rack_row=A"
+    )
 
 
 def test_matches_rechecks_a_device_before_claiming() -> None:
     selector = {"site": "dc1", "role": "server", "tags": ["gpu"], "customFields": {"rack_row": "A"}}
-    assert selection.matches(device(), selector)
-    assert not selection.matches(device(custom_fields={OWNER_FIELD: "x/y/z"}), selector)
-    assert not selection.matches(device(status={"value": "active"}), selector)
-    assert not selection.matches(device(tags=[]), selector)
-    assert not selection.matches(device(), {**selector, "customFields": {"rack_row": "B"}})
-    assert selection.matches(device(), {"serial": "sn1"}), "serial matches case-insensitively"
+    assert selection.matches(device(), typed(selector))
+    assert not selection.matches(device(custom_fields={OWNER_FIELD: "x/y/z"}), typed(selector))
+    assert not selection.matches(device(status={"value": "active"}), typed(selector))
+    assert not selection.matches(device(tags=[]), typed(selector))
+    assert not selection.matches(device(), typed({**selector, "customFields": {"rack_row": "B"}}))
+    assert selection.matches(device(), typed({"serial": "sn1"})), "serial matches case-insensitively"
 
 
 def test_spread_rotates_by_owner_and_keeps_every_candidate() -> None:
@@ -62,7 +75,9 @@ def test_spread_rotates_by_owner_and_keeps_every_candidate() -> None:
 
 
 def test_claim_then_release_restores_status_tenant_and_description() -> None:
-    fields = selection.claim_fields(device(), "a/ns/m", {"status": "active", "description": "k8s"}, 5)
+    fields = selection.claim_fields(
+        device(), "a/ns/m", DeviceClaim.model_validate({"status": "active", "description": "k8s"}), 5
+    )
     assert fields["status"] == "active"
     assert fields["tenant"] == 5
     assert fields["description"] == "k8s"
@@ -77,7 +92,7 @@ def test_claim_then_release_restores_status_tenant_and_description() -> None:
 
 
 def test_claim_without_tenant_keeps_the_devices_tenant() -> None:
-    fields = selection.claim_fields(device(), "a/ns/m", {}, None)
+    fields = selection.claim_fields(device(), "a/ns/m", DeviceClaim.model_validate({}), None)
     assert (fields["tenant"], fields["status"], fields["description"]) == (9, "active", "spare")
 
 
@@ -109,7 +124,16 @@ def test_status_with_both_mac_models_and_bmc_address() -> None:
 
 
 def test_vm_changes_normalise_netbox_rendering() -> None:
-    spec = {"name": "vm1", "vcpus": 2, "memoryMiB": 1024, "diskGiB": 10, "interfaces": []}
+    spec = NetboxVirtualMachineSpec.model_validate(
+        {
+            "connectionSecretRef": {"name": "netbox"},
+            "name": "vm1",
+            "vcpus": 2,
+            "memoryMiB": 1024,
+            "diskGiB": 10,
+            "interfaces": [],
+        }
+    )
     desired = vm_records.vm_fields(spec, "a/ns/vm1", {"cluster": 4, "tenant": None})
     current = {
         "name": "vm1",
@@ -129,7 +153,10 @@ def test_vm_changes_normalise_netbox_rendering() -> None:
 
 
 def test_primaries_are_the_first_of_each_family() -> None:
-    interfaces = [{"addresses": ["2001:db8::1/64", "10.0.0.1/24"]}, {"addresses": ["10.0.0.2/24"]}]
+    interfaces = [
+        VirtualMachineInterface(name="eth0", addresses=["2001:db8::1/64", "10.0.0.1/24"]),
+        VirtualMachineInterface(name="eth1", addresses=["10.0.0.2/24"]),
+    ]
     assert vm_records.primaries(interfaces) == ("10.0.0.1/24", "2001:db8::1/64")
     assert vm_records.same_address("10.0.0.1/24", "10.0.0.1/24")
     assert not vm_records.same_address("10.0.0.1/24", "10.0.0.1/25")

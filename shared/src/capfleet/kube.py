@@ -26,6 +26,8 @@ Propagation = Literal["Foreground", "Background", "Orphan"]
 _JSON = {200: "object", 201: "object", 202: "object"}
 _MERGE_PATCH = "application/merge-patch+json"
 _APPLY_PATCH = "application/apply-patch+yaml"
+# Unknown or duplicate fields are refused, not silently pruned: a misspelt key is an error, not a no-op.
+_STRICT = {"fieldValidation": "Strict"}
 
 
 class KubeError(Exception):
@@ -47,7 +49,7 @@ class Conflict(KubeError):
 
 
 class Invalid(KubeError):
-    """422: the apiserver rejected the object (schema or CEL validation)."""
+    """422 or 400: the apiserver rejected the object (schema or CEL validation, an unknown field)."""
 
 
 class Forbidden(KubeError):
@@ -64,7 +66,7 @@ def _error(exc: ApiException, *, creating: bool = False) -> KubeError:
     status = int(exc.status or 0)
     if status == 409:
         return (AlreadyExists if creating else Conflict)(status, reason, message)
-    if status == 422:
+    if status in (400, 422):
         return Invalid(status, reason, message)
     if status == 403:
         return Forbidden(status, reason, message)
@@ -153,7 +155,7 @@ class Kube:
 
     async def create(self, resource: Resource, body: Obj, namespace: str | None = None) -> Obj:
         """Create; raises AlreadyExists when the name is taken."""
-        return await self._call("POST", resource.path(namespace), body=body, creating=True)
+        return await self._call("POST", resource.path(namespace), body=body, query=_STRICT, creating=True)
 
     async def create_or_get(
         self, resource: Resource, body: Obj, namespace: str | None = None
@@ -184,7 +186,7 @@ class Kube:
 
     async def _patch(self, path: str, patch: Obj) -> Obj | None:
         try:
-            return await self._call("PATCH", path, body=patch, content_type=_MERGE_PATCH)
+            return await self._call("PATCH", path, body=patch, query=_STRICT, content_type=_MERGE_PATCH)
         except KubeError as exc:
             if exc.status == 404:
                 return None
@@ -194,7 +196,7 @@ class Kube:
         self, resource: Resource, body: Obj, namespace: str | None = None, *, force: bool = True
     ) -> Obj:
         """Server-side apply of the fields in `body`, owned by this client's field manager."""
-        query = {"fieldManager": self.field_manager, "force": "true" if force else "false"}
+        query = {**_STRICT, "fieldManager": self.field_manager, "force": "true" if force else "false"}
         path = resource.path(namespace, body["metadata"]["name"])
         return await self._call("PATCH", path, body=body, query=query, content_type=_APPLY_PATCH)
 

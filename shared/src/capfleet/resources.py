@@ -22,6 +22,11 @@ class Resource:
     namespaced: bool = True
 
     @property
+    def watch(self) -> tuple[str, str, str]:
+        """kopf's resource arguments: `@kopf.on.create(*resource.watch)`."""
+        return (self.group, self.version, self.plural)
+
+    @property
     def api_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
 

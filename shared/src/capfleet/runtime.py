@@ -1,10 +1,11 @@
 """How every capfleet operator starts: identity, kopf settings, options, metrics, probes, logging.
 
 Each operator's `__main__` imports its handlers (which register with kopf's default registry) and calls
-`run(Identity("<operator>"))`. Everything that must be the same across the fleet lives here: each
-operator's own finalizer, annotation prefix and peering name (so two operators never mistake each
-other's marks), the liveness endpoint, the `/metrics` server, structured logging, Events only on
-transitions, and the one typed API client kept in kopf's `memo`.
+`run(Identity("<operator>"), <its Settings>)`. Everything that must be the same across the fleet lives
+here: each operator's own finalizer, annotation prefix and peering name (so two operators never mistake
+each other's marks), the liveness endpoint, the `/metrics` server, structured logging, Events only on
+transitions, and the API client, Event recorder and settings kept in kopf's `memo`
+(`capfleet.reconciling` reads them back).
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ from typing import Any, ParamSpec, TypeVar
 
 import kopf
 
-from capfleet import errors, events, metrics
+from capfleet import errors, events, metrics, reconciling
 from capfleet.kube import Kube
 
 P = ParamSpec("P")
 R = TypeVar("R")
+SettingsT = TypeVar("SettingsT", bound=reconciling.Settings)
 
 VERSION = "0.1.0"
 
@@ -143,22 +145,6 @@ def configure(settings: kopf.OperatorSettings, identity: Identity, options: Opti
     settings.watching.server_timeout = 300
 
 
-def kube(memo: kopf.Memo) -> Kube:
-    """The operator's API client, created at startup."""
-    client = memo.get("kube")
-    if not isinstance(client, Kube):
-        raise RuntimeError("the capfleet runtime did not start: no API client in memo")
-    return client
-
-
-def recorder(memo: kopf.Memo) -> events.Recorder:
-    """The operator's Event recorder, created at startup."""
-    found = memo.get("events")
-    if not isinstance(found, events.Recorder):
-        raise RuntimeError("the capfleet runtime did not start: no event recorder in memo")
-    return found
-
-
 def reconciler(kind: str) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
     """Wrap a handler: record its duration and result, and turn capfleet errors into kopf retries."""
 
@@ -190,16 +176,19 @@ def reconciler(kind: str) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, A
     return decorate
 
 
-def _install(registry: kopf.OperatorRegistry, identity: Identity, options: Options) -> None:
+def _install(
+    registry: kopf.OperatorRegistry,
+    identity: Identity,
+    options: Options,
+) -> None:
     @kopf.on.startup(registry=registry)
     async def start_runtime(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
         configure(settings, identity, options)
         stack = AsyncExitStack()
         memo["runtime_exit_stack"] = stack
-        memo["kube"] = await stack.enter_async_context(
-            Kube.connect(identity.field_manager, options.kubeconfig)
-        )
-        memo["events"] = events.Recorder(memo["kube"])
+        client = await stack.enter_async_context(Kube.connect(identity.field_manager, options.kubeconfig))
+        memo[reconciling.KUBE_KEY] = client
+        memo[reconciling.EVENTS_KEY] = events.Recorder(client)
 
     @kopf.on.cleanup(registry=registry)
     async def stop_runtime(memo: kopf.Memo, **_: Any) -> None:
@@ -220,10 +209,26 @@ def _install(registry: kopf.OperatorRegistry, identity: Identity, options: Optio
         return identity.name
 
 
-def run(identity: Identity, argv: Sequence[str] | None = None) -> None:
-    """Start the operator whose handlers are already registered with kopf's default registry."""
+def run(
+    identity: Identity,
+    settings_type: type[SettingsT],
+    argv: Sequence[str] | None = None,
+    *,
+    register: Callable[[SettingsT], None] | None = None,
+) -> None:
+    """Start the operator whose handlers are already registered with kopf's default registry.
+
+    Its settings are read here, once, and kept in memo for its reconciles; `register` adds the handlers
+    whose registration depends on them (timer intervals) before the operator starts.
+    """
     import sys
 
+    try:
+        loaded = settings_type.load(os.environ)
+    except ValueError as exc:
+        raise SystemExit(f"{identity.name}: bad setting {exc}") from None
+    if register is not None:
+        register(loaded)
     options = parse_options(sys.argv[1:] if argv is None else argv, os.environ)
     if options.kubeconfig:
         os.environ["KUBECONFIG"] = options.kubeconfig
@@ -238,6 +243,9 @@ def run(identity: Identity, argv: Sequence[str] | None = None) -> None:
     logging.getLogger("kubernetes_asyncio").setLevel(logging.INFO)
     registry = kopf.get_default_registry()
     _install(registry, identity, options)
+    # In memo before any startup handler runs, the operator's own included.
+    memo = kopf.Memo()
+    memo[reconciling.SETTINGS_KEY] = loaded
     metrics.OPERATOR_INFO.info({"operator": identity.name, "version": VERSION})
     metrics.serve(*split_address(options.metrics_address))
     health_host, health_port = split_address(options.health_address)
@@ -249,5 +257,6 @@ def run(identity: Identity, argv: Sequence[str] | None = None) -> None:
             standalone=options.standalone,
             peering_name=identity.peering_name,
             liveness_endpoint=f"http://{health_host}:{health_port}/healthz",
+            memo=memo,
         )
     )

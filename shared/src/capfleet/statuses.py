@@ -1,7 +1,7 @@
 """Write status as a cache: only what differs, with conditions that keep their transition times.
 
 An idle fleet must make no API writes, so a reconcile that finds nothing new must leave kopf's patch
-empty. Handlers compute the whole desired status and hand it here.
+empty. These are the pure parts; `capfleet.reconciling` writes what they compute.
 """
 
 from __future__ import annotations
@@ -9,10 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, MutableMapping
 from typing import Any
 
-from capfleet import conditions, events
+from capfleet import conditions
 from capfleet.api.base import Condition
-from capfleet.kube import Kube
-from capfleet.resources import Resource
 
 
 def differences(current: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:
@@ -46,37 +44,3 @@ def transitions(before: Iterable[Condition], after: Iterable[Condition]) -> list
     """Conditions whose status or reason changed: the moments worth an Event."""
     old = {c.type: (c.status, c.reason) for c in before}
     return [c for c in after if old.get(c.type) != (c.status, c.reason)]
-
-
-async def write(
-    kube: Kube,
-    recorder: events.Recorder,
-    resource: Resource,
-    body: Mapping[str, Any],
-    fields: Mapping[str, Any],
-    updates: Iterable[conditions.Update],
-    ready_steps: list[str] | None,
-) -> dict[str, Any]:
-    """Patch the status keys that change (conditions, with a summarised Ready when `ready_steps` are
-    given) through the status subresource, and post an Event when Ready changes; return the desired status.
-
-    For reconcilers that run outside kopf's patch cycle (daemons, loops) or must write mid-way.
-    """
-    meta = body["metadata"]
-    current = body.get("status") or {}
-    desired = {
-        **fields,
-        "conditions": with_conditions(
-            current, updates, generation=meta.get("generation"), ready_steps=ready_steps
-        ),
-    }
-    changed = differences(current, desired)
-    if changed:
-        await kube.patch_status(resource, meta["name"], changed, meta.get("namespace"))
-    ready = conditions.find(conditions.parse(desired["conditions"]), conditions.READY)
-    if ready is not None:
-        if ready.status == "True":
-            await recorder.transition(body, "Normal", ready.reason, ready.message)
-        else:
-            await recorder.transition(body, "Warning", ready.reason, ready.message)
-    return desired

@@ -4,6 +4,7 @@ from typing import Any
 
 import kopf
 
+from capfleet import reconciling as kit
 from capfleet import runtime
 from capfleet_e2e.sample import reconciling
 
@@ -23,4 +24,5 @@ async def reconcile_sample(
     memo: kopf.Memo,
     **_: Any,
 ) -> None:
-    await reconciling.reconcile(runtime.kube(memo), body, spec, meta, status, patch)
+    kube, _events = kit.Context.parts(memo)
+    await reconciling.reconcile(kube, body, spec, meta, status, patch)

@@ -3,11 +3,12 @@ image does.
 """
 
 from baremetal_provision import handlers
+from baremetal_provision.settings import BaremetalSettings
 from capfleet import runtime
 
 
 def main() -> None:
-    runtime.run(handlers.IDENTITY)
+    runtime.run(handlers.IDENTITY, BaremetalSettings)
 
 
 if __name__ == "__main__":

@@ -3,14 +3,19 @@
 The HTTP server (`serving`) answers with these; keeping them free of I/O lets the exact scripts and
 meta-data be unit-tested. The static `boot.ipxe` chains to a per-MAC script, which network-boots the
 instance's OS profile with the seed and callback URLs (behind the instance's token) on its command line.
+The seed's meta-data and network-config are rendered by `capfleet.cloudinit`, by the same rules as a
+VM's, so one HybridMachine network gives the same guest wherever the machine lands.
 """
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+
+import yaml
+
+from capfleet import cloudinit
+from capfleet.api.baremetal import BaremetalInstanceSpec, OSProfile
 
 MAC = re.compile(r"^([0-9a-f]{2}[:-]){5}[0-9a-f]{2}$")
 
@@ -40,10 +45,13 @@ def kernel_args(boot_url: str, token: str, extra: Sequence[str]) -> list[str]:
     return [*extra, f"ds=nocloud-net;s={base}/seed/{token}/", f"capfleet.callback={base}/callback/{token}"]
 
 
-def install_script(os_profile: Mapping[str, Any], boot_url: str, token: str) -> str:
+def _script(os_profile: OSProfile, args: Sequence[str]) -> str:
+    return f"#!ipxe\nkernel {os_profile.kernel_url} {' '.join(args)}\ninitrd {os_profile.initrd_url}\nboot\n"
+
+
+def install_script(os_profile: OSProfile, boot_url: str, token: str) -> str:
     """The per-MAC script: kernel with the seed/callback arguments, initrd, boot."""
-    args = " ".join(kernel_args(boot_url, token, os_profile.get("kernelArgs") or []))
-    return f"#!ipxe\nkernel {os_profile['kernelURL']} {args}\ninitrd {os_profile['initrdURL']}\nboot\n"
+    return _script(os_profile, kernel_args(boot_url, token, os_profile.kernel_args))
 
 
 def cleaning_args(boot_url: str, token: str, extra: Sequence[str]) -> list[str]:
@@ -56,34 +64,36 @@ def cleaning_args(boot_url: str, token: str, extra: Sequence[str]) -> list[str]:
     ]
 
 
-def cleaning_profile(spec: Mapping[str, Any]) -> Mapping[str, Any]:
+def cleaning_profile(spec: BaremetalInstanceSpec) -> OSProfile:
     """`spec.cleaningOs`, or the installer profile `spec.os` (told by `capfleet.mode=cleaning`)."""
-    profile: Mapping[str, Any] = spec.get("cleaningOs") or spec["os"]
-    return profile
+    return spec.cleaning_os or spec.os
 
 
-def cleaning_script(os_profile: Mapping[str, Any], boot_url: str, token: str) -> str:
+def cleaning_script(os_profile: OSProfile, boot_url: str, token: str) -> str:
     """The per-MAC script while a deleted instance is cleaned: the cleaning profile, which wipes the disk
     metadata and calls back to the cleaning callback; no seed."""
-    args = " ".join(cleaning_args(boot_url, token, os_profile.get("kernelArgs") or []))
-    return f"#!ipxe\nkernel {os_profile['kernelURL']} {args}\ninitrd {os_profile['initrdURL']}\nboot\n"
+    return _script(os_profile, cleaning_args(boot_url, token, os_profile.kernel_args))
 
 
-def provider_id(namespace: str, name: str, spec: Mapping[str, Any]) -> str:
-    return str(spec.get("providerID") or f"capfleet://metal/{namespace}/{name}")
+def provider_id(namespace: str, name: str, spec: BaremetalInstanceSpec) -> str:
+    return spec.provider_id or f"capfleet://metal/{namespace}/{name}"
 
 
-def meta_data(namespace: str, name: str, spec: Mapping[str, Any]) -> str:
-    """NoCloud meta-data (YAML; JSON is YAML) with instance-id, local-hostname and provider-id."""
-    data = {
-        "instance-id": f"{namespace}-{name}",
-        "local-hostname": spec.get("hostname") or name,
-        "provider-id": provider_id(namespace, name, spec),
-    }
-    return json.dumps(data, indent=1) + "\n"
+def meta_data(namespace: str, name: str, spec: BaremetalInstanceSpec) -> str:
+    """NoCloud meta-data YAML: instance-id, local-hostname and provider-id, over `spec.metaData`."""
+    return cloudinit.meta_data(
+        cloudinit.instance_id(namespace, name),
+        spec.hostname or name,
+        provider_id(namespace, name, spec),
+        spec.meta_data,
+    ).decode()
 
 
-def network_config(spec: Mapping[str, Any]) -> str | None:
-    """network-config (v2) from spec.networkData, or None when the guest should use DHCP."""
-    data = spec.get("networkData")
-    return json.dumps(data, indent=1) + "\n" if data else None
+def network_config(spec: BaremetalInstanceSpec) -> str | None:
+    """network-config (v2): `spec.networkData` as given, else rendered from `spec.interfaces`; None when
+    the guest should use DHCP."""
+    if spec.network_data:
+        return yaml.safe_dump(spec.network_data, sort_keys=False)
+    if spec.interfaces:
+        return cloudinit.network_config(spec.interfaces).decode()
+    return None

@@ -6,34 +6,36 @@ HTTP server (serving) writes when a guest fetches its seed or calls back; a time
 instances waiting for their installer (and rebuilds a lost status), a slower one resyncs provisioned
 instances with their BMC (power state, `spec.online`); deletion cleans (if asked) and powers the server
 off. Two indexes find an instance by its boot MAC and by its token for the HTTP server, which starts
-with the operator.
+with the operator where the settings say (`capfleet.runtime.run` puts them in memo before any startup
+handler runs).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
 import kopf
 
-from baremetal_provision import booting, markers, provisioning, serving
-from baremetal_provision.settings import Settings
-from capfleet import runtime
+from baremetal_provision import markers, provisioning, serving
+from baremetal_provision.contexts import LOCKS_KEY, Context
+from baremetal_provision.settings import BaremetalSettings
+from capfleet import reconciling, runtime
 from capfleet.api import kinds
 
 IDENTITY = runtime.Identity("baremetal-provision")
 """The baremetal-provision operator's identity keeps its marks apart from the other operators'."""
 
-INSTANCES = (kinds.BAREMETAL_GROUP, kinds.VERSION, "baremetalinstances")
+INSTANCES = kinds.BAREMETAL_INSTANCE.resource.watch
 DEADLINE_CHECK_SECONDS = 5.0
 RESYNC_SECONDS = 60.0
+BOOT_SERVER_KEY = "boot_server"
 
 
 @kopf.index(*INSTANCES)
-def instances_by_mac(body: kopf.Body, spec: kopf.Spec, **_: Any) -> dict[str, serving.Served]:
-    served, mac = serving.served_of(body), booting.normalize_mac(str(spec.get("bootMACAddress", "")))
-    return {mac: served} if served is not None and mac else {}
+def instances_by_mac(body: kopf.Body, **_: Any) -> dict[str, serving.Served]:
+    served = serving.served_of(body)
+    return {served.spec.boot_mac_address: served} if served is not None else {}
 
 
 @kopf.index(*INSTANCES)
@@ -44,29 +46,23 @@ def instances_by_token(body: kopf.Body, **_: Any) -> dict[str, serving.Served]:
 
 @kopf.on.startup()
 async def start_boot_server(memo: kopf.Memo, **kwargs: Any) -> None:
+    settings = reconciling.from_memo(memo, reconciling.SETTINGS_KEY, BaremetalSettings)
     # kopf logs whole objects at debug level: the token secret annotation must not show.
     markers.redact_logs(logging.getLogger())
     # In the operator-wide memo at startup: kopf gives each object a shallow copy of it.
-    settings = Settings.from_environ(os.environ)
-    memo["settings"] = settings
-    memo["instance_locks"] = {}
-    lookup = serving.Lookup(memo, kwargs["instances_by_mac"], kwargs["instances_by_token"], settings.boot_url)
+    memo[LOCKS_KEY] = {}
+    # kopf passes its indexes by name; its startup handler type does not declare them.
+    by_mac, by_token = kwargs["instances_by_mac"], kwargs["instances_by_token"]
+    lookup = serving.Lookup(memo, by_mac, by_token, settings.boot_url)
     app = serving.application(lookup, settings.files_dir)
-    memo["boot_server"] = await serving.start(app, settings.listen_host, settings.listen_port)
+    memo[BOOT_SERVER_KEY] = await serving.start(app, settings.listen_host, settings.listen_port)
 
 
 @kopf.on.cleanup()
 async def stop_boot_server(memo: kopf.Memo, **_: Any) -> None:
-    runner = memo.get("boot_server")
+    runner = memo.get(BOOT_SERVER_KEY)
     if runner is not None:
         await runner.cleanup()
-
-
-def context(memo: kopf.Memo) -> provisioning.Context:
-    settings, locks = memo.get("settings"), memo.get("instance_locks")
-    if not isinstance(settings, Settings) or not isinstance(locks, dict):
-        raise RuntimeError("baremetal-provision did not start: no settings in memo")
-    return provisioning.Context(runtime.kube(memo), runtime.recorder(memo), settings, locks=locks)
 
 
 @kopf.on.resume(*INSTANCES)
@@ -74,24 +70,24 @@ def context(memo: kopf.Memo) -> provisioning.Context:
 @kopf.on.update(*INSTANCES)
 @runtime.reconciler("BaremetalInstance")
 async def provision(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    await provisioning.reconcile(context(memo), body)
+    await provisioning.reconcile(Context.from_memo(memo), body)
 
 
 @kopf.timer(*INSTANCES, interval=DEADLINE_CHECK_SECONDS, idle=DEADLINE_CHECK_SECONDS)
 @runtime.reconciler("BaremetalInstance")
 async def expire(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     if provisioning.needs_attention(body):
-        await provisioning.reconcile(context(memo), body)
+        await provisioning.reconcile(Context.from_memo(memo), body)
 
 
 @kopf.timer(*INSTANCES, interval=RESYNC_SECONDS, idle=RESYNC_SECONDS)
 @runtime.reconciler("BaremetalInstance")
 async def resync(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     if provisioning.needs_resync(body):
-        await provisioning.reconcile(context(memo), body)
+        await provisioning.reconcile(Context.from_memo(memo), body)
 
 
 @kopf.on.delete(*INSTANCES)
 @runtime.reconciler("BaremetalInstance")
 async def deprovision(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    await provisioning.deprovision(context(memo), body)
+    await provisioning.deprovision(Context.from_memo(memo), body)

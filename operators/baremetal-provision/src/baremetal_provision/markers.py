@@ -19,6 +19,9 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from capfleet import pausing
+from capfleet.api.baremetal import BaremetalInstanceSpec
+
 # Not the operator's kopf prefix (baremetal-provision.capfleet.dev): kopf ignores changes to its own
 # annotations, and the guest's marks must trigger the reconcile.
 PREFIX = "baremetal.capfleet.dev/"
@@ -28,7 +31,6 @@ SEED_FETCHED = PREFIX + "seed-fetched-at"
 CALLED_BACK = PREFIX + "installer-called-back-at"
 CLEANING_BOOTED = PREFIX + "cleaning-booted-at"
 CLEANED = PREFIX + "cleaner-called-back-at"
-DELETE_FOR_MOVE = "clusterctl.cluster.x-k8s.io/delete-for-move"
 
 
 def now() -> str:
@@ -66,17 +68,13 @@ def token_of(meta: Mapping[str, Any]) -> str | None:
     return token(secret, str(meta.get("namespace") or ""), str(meta["name"]))
 
 
-def for_move(meta: Mapping[str, Any]) -> bool:
-    return DELETE_FOR_MOVE in annotations_of(meta)
-
-
-def cleans(meta: Mapping[str, Any], spec: Mapping[str, Any]) -> bool:
+def cleans(meta: Mapping[str, Any], spec: BaremetalInstanceSpec) -> bool:
     """Whether deleting this instance network-boots the cleaner (`cleaning: metadata`), which a
     clusterctl move never does."""
-    return spec.get("cleaning") == "metadata" and not for_move(meta)
+    return spec.cleaning == "metadata" and not pausing.moving(meta)
 
 
-def cleaning_pending(meta: Mapping[str, Any], spec: Mapping[str, Any]) -> bool:
+def cleaning_pending(meta: Mapping[str, Any], spec: BaremetalInstanceSpec) -> bool:
     """Deleted, to be cleaned, and the cleaner has not called back yet: its scripts are served."""
     return bool(meta.get("deletionTimestamp")) and cleans(meta, spec) and CLEANED not in annotations_of(meta)
 

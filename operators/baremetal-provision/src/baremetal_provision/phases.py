@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from baremetal_provision import markers
-from baremetal_provision.backends.bmc import SystemFacts
+from baremetal_provision.backends.base import SystemFacts
 
 Phase = Literal[
     "PoweringOff", "NetworkBooting", "Installing", "Provisioned", "Failed", "Cleaning", "Deprovisioning"

@@ -1,10 +1,10 @@
 """Reconciling one BaremetalInstance through its BMC: provision, expire, deprovision.
 
 Level-triggered: each trigger (creation, an edit, the guest's marks written by `serving`, a restart, the
-deadline timer) observes the BMC, lets `phases.decide` choose one action, carries it out and observes
-again until the instance waits for its guest. The power cycle that network-boots the server is recorded
-in an annotation right after it happens, so a restart never repeats it. One lock per instance keeps the
-timer and the change handlers from driving the same BMC at once.
+deadline timer) observes the BMC, lets `phases` choose one action, carries it out (`ACTIONS`) and
+observes again until the instance waits for its guest. The power cycle that network-boots the server is
+recorded in an annotation right after it happens, so a restart never repeats it. One lock per instance
+keeps the timer and the change handlers from driving the same BMC at once.
 """
 
 from __future__ import annotations
@@ -12,36 +12,24 @@ from __future__ import annotations
 import asyncio
 import base64
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from baremetal_provision import booting, markers, phases, reporting
+from baremetal_provision import markers, phases
 from baremetal_provision.backends import bmc
-from baremetal_provision.settings import Settings
-from capfleet import errors, events, pausing, resources
+from baremetal_provision.backends.base import BMC, Credentials, PowerState, SystemFacts
+from baremetal_provision.contexts import INSTANCES, Context
+from baremetal_provision.reporting import InstanceStatus
+from capfleet import errors, pausing, resources
+from capfleet.api import kinds
+from capfleet.api.baremetal import BaremetalInstance
 from capfleet.kube import Kube
 
 MAX_STEPS = 8
-FINISHING = {"boot_from_disk", "expire"}
-
-
-@dataclass
-class Context:
-    kube: Kube
-    recorder: events.Recorder
-    settings: Settings
-
-    def connect(self, address: str, credentials: bmc.Credentials, verify: bool) -> bmc.BMC:
-        return bmc.connect(
-            address, credentials, verify=verify, ipmi_cipher_suite=self.settings.ipmi_cipher_suite
-        )
-
-    locks: dict[str, asyncio.Lock] = field(default_factory=dict)
-
-    def lock(self, meta: Mapping[str, Any]) -> asyncio.Lock:
-        return self.locks.setdefault(f"{meta.get('namespace')}/{meta['name']}", asyncio.Lock())
+FINISHING = frozenset({"boot_from_disk", "expire"})
+"""Actions whose phase is reported once they are done, not before (provisioning only)."""
 
 
 def _decoded(data: Mapping[str, str], key: str) -> str | None:
@@ -49,9 +37,8 @@ def _decoded(data: Mapping[str, str], key: str) -> str | None:
     return base64.b64decode(value).decode() if value else None
 
 
-async def credentials(kube: Kube, namespace: str, spec: Mapping[str, Any]) -> bmc.Credentials:
-    """username/password (and optional caBundle) from the BMC credentials Secret."""
-    name = spec["bmc"]["credentialsSecretRef"]["name"]
+async def credentials(kube: Kube, namespace: str, name: str) -> Credentials:
+    """username/password (and optional caBundle) from the BMC credentials Secret `name`."""
     secret = await kube.get(resources.SECRETS, name, namespace)
     if secret is None:
         raise errors.DependencyMissing(
@@ -63,18 +50,18 @@ async def credentials(kube: Kube, namespace: str, spec: Mapping[str, Any]) -> bm
         raise errors.InvalidSpec(
             f"Secret {name} needs keys username and password", reason="CredentialsInvalid"
         )
-    return bmc.Credentials(username, password, _decoded(data, "caBundle"))
+    return Credentials(username, password, _decoded(data, "caBundle"))
 
 
-async def open_bmc(ctx: Context, body: Mapping[str, Any]) -> bmc.BMC:
-    spec = body.get("spec") or {}
-    address = spec["bmc"]["address"]
-    bmc.parse_address(address)  # bad input is refused before any Secret or BMC is read
-    creds = await credentials(ctx.kube, body["metadata"]["namespace"], spec)
-    return ctx.connect(address, creds, not spec["bmc"].get("disableCertificateVerification", False))
+async def open_bmc(ctx: Context, instance: BaremetalInstance) -> BMC:
+    given = instance.spec.bmc
+    bmc.parse_address(given.address)  # bad input is refused before any Secret or BMC is read
+    namespace = str(instance.metadata["namespace"])
+    creds = await credentials(ctx.kube, namespace, given.credentials_secret_ref.name)
+    return ctx.connect(given.address, creds, not given.disable_certificate_verification)
 
 
-async def wait_for_power(target: bmc.BMC, wanted: bmc.PowerState, within: float) -> bool:
+async def wait_for_power(target: BMC, wanted: PowerState, within: float) -> bool:
     """Poll the BMC until the server's power state is `wanted`; False when `within` seconds pass first."""
     deadline = time.monotonic() + within
     while (await target.facts()).power_state != wanted:
@@ -86,7 +73,7 @@ async def wait_for_power(target: bmc.BMC, wanted: bmc.PowerState, within: float)
 
 async def _mark(ctx: Context, meta: Mapping[str, Any], key: str, value: str) -> None:
     patch = {"metadata": {"annotations": {key: value}}}
-    await ctx.kube.patch(reporting.RESOURCE, meta["name"], patch, meta["namespace"])
+    await ctx.kube.patch(INSTANCES, meta["name"], patch, meta["namespace"])
 
 
 async def ensure_token(ctx: Context, meta: Mapping[str, Any]) -> None:
@@ -94,83 +81,84 @@ async def ensure_token(ctx: Context, meta: Mapping[str, Any]) -> None:
         await _mark(ctx, meta, markers.TOKEN_SECRET, markers.new_token_secret())
 
 
-def check_spec(spec: Mapping[str, Any]) -> None:
-    if booting.normalize_mac(str(spec.get("bootMACAddress", ""))) is None:
-        raise errors.InvalidSpec(f"invalid boot MAC {spec.get('bootMACAddress')!r}", reason="InvalidBootMAC")
-    bmc.parse_address(str(spec["bmc"]["address"]))
+@dataclass
+class Pass:
+    """One reconcile's drive of the BMC: the instance, the BMC, and what the pass changed on the way
+    (marks written, a disk boot requested), so each decision sees it without re-reading the object."""
+
+    ctx: Context
+    target: BMC
+    instance: BaremetalInstance
+    status: InstanceStatus
+    boot_mark: str
+    """The mark the network-boot action writes: the installer's, or on deletion the cleaner's."""
+    clean: bool = False
+    disk_requested: bool = False
+    meta: dict[str, Any] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.meta = dict(self.instance.metadata)
+
+    @property
+    def marks(self) -> phases.Marks:
+        return phases.Marks.of(self.meta)
+
+    @property
+    def timeout_seconds(self) -> int:
+        return self.instance.spec.provisioning_timeout_seconds
+
+    async def mark(self, key: str) -> None:
+        stamp = markers.now()
+        await _mark(self.ctx, self.meta, key, stamp)
+        self.meta["annotations"] = {**markers.annotations_of(self.meta), key: stamp}
+
+    async def wait_for_power(self, wanted: PowerState) -> None:
+        await wait_for_power(self.target, wanted, self.ctx.settings.power_wait_seconds)
 
 
-async def reconcile(ctx: Context, body: Mapping[str, Any]) -> None:
-    """Move the instance towards Provisioned (or Failed at its deadline); raises to retry."""
-    meta, spec = body["metadata"], body.get("spec") or {}
-    reporter = reporting.Reporter(ctx.kube, ctx.recorder, body)
-    if pausing.hands_off(meta):
-        await reporter.paused()
-        return
-    async with ctx.lock(meta):
-        try:
-            check_spec(spec)
-            await ensure_token(ctx, meta)
-            target = await open_bmc(ctx, body)
-            try:
-                await _drive(ctx, target, meta, spec, reporter)
-            finally:
-                await target.close()
-        except errors.CapfleetError as exc:
-            await reporter.failed(exc)
-            raise
+async def _power_off(run: Pass) -> None:
+    await run.target.power_off(force=True)
+    await run.wait_for_power("Off")
 
 
-async def _drive(
-    ctx: Context,
-    target: bmc.BMC,
-    meta: Mapping[str, Any],
-    spec: Mapping[str, Any],
-    reporter: reporting.Reporter,
-) -> None:
-    timeout = int(spec.get("provisioningTimeoutSeconds", 1800))
-    online = bool(spec.get("online", True))
-    marks = phases.Marks.of(meta)
-    disk_requested = False
-    for _ in range(MAX_STEPS):
-        facts = await target.facts()
-        decision = phases.decide(
-            facts,
-            marks,
-            timeout_seconds=timeout,
-            now=datetime.now(UTC),
-            online=online,
-            disk_requested=disk_requested,
-        )
-        if decision.action not in FINISHING:  # their phase is reported once they are done
-            await reporter.phase(decision.phase, facts.power_state, timeout)
-        if decision.action == "power_off":
-            await target.power_off(force=True)
-            await wait_for_power(target, "Off", ctx.settings.power_wait_seconds)
-        elif decision.action == "network_boot":
-            await target.set_boot_device("pxe", once=True)
-            await target.power_on()
-            stamp = markers.now()
-            await _mark(ctx, meta, markers.NETWORK_BOOTED, stamp)
-            marks = replace(marks, network_booted_at=markers.parse_time(stamp))
-        elif decision.action == "boot_from_disk":
-            await target.set_boot_device("disk", once=False)
-            disk_requested = True
-        elif decision.action == "power_on":
-            await target.power_on()
-            await wait_for_power(target, "On", ctx.settings.power_wait_seconds)
-        elif decision.action == "shut_down":
-            await shut_down(ctx, target)
-        elif decision.action == "expire":
-            await target.power_off(force=True)
-            await target.set_boot_device("disk", once=False)
-            await wait_for_power(target, "Off", ctx.settings.power_wait_seconds)
-        else:
-            return
-    raise errors.Waiting("the BMC has not reached the requested state yet", reason="BMCSettling")
+async def _network_boot(run: Pass) -> None:
+    await run.target.set_boot_device("pxe", once=True)
+    await run.target.power_on()
+    await run.mark(run.boot_mark)
 
 
-async def shut_down(ctx: Context, target: bmc.BMC) -> None:
+async def _boot_from_disk(run: Pass) -> None:
+    await run.target.set_boot_device("disk", once=False)
+    run.disk_requested = True
+
+
+async def _power_on(run: Pass) -> None:
+    await run.target.power_on()
+    await run.wait_for_power("On")
+
+
+async def _shut_down(run: Pass) -> None:
+    await shut_down(run.ctx, run.target)
+
+
+async def _expire(run: Pass) -> None:
+    await run.target.power_off(force=True)
+    await run.target.set_boot_device("disk", once=False)
+    await run.wait_for_power("Off")
+
+
+ACTIONS: dict[phases.Action, Callable[[Pass], Awaitable[None]]] = {
+    "power_off": _power_off,
+    "network_boot": _network_boot,
+    "boot_from_disk": _boot_from_disk,
+    "power_on": _power_on,
+    "shut_down": _shut_down,
+    "expire": _expire,
+}
+"""What each action does to the BMC; `wait` and `done` end the pass."""
+
+
+async def shut_down(ctx: Context, target: BMC) -> None:
     """Graceful shutdown; the power is cut when the OS ignores it for `shutdown_seconds`."""
     await target.power_off(force=False)
     if not await wait_for_power(target, "Off", ctx.settings.shutdown_seconds):
@@ -178,18 +166,90 @@ async def shut_down(ctx: Context, target: bmc.BMC) -> None:
         await wait_for_power(target, "Off", ctx.settings.power_wait_seconds)
 
 
+Decide = Callable[[SystemFacts, Pass], phases.Decision]
+
+
+def provisioning_decision(facts: SystemFacts, run: Pass) -> phases.Decision:
+    return phases.decide(
+        facts,
+        run.marks,
+        timeout_seconds=run.timeout_seconds,
+        now=datetime.now(UTC),
+        online=run.instance.spec.online,
+        disk_requested=run.disk_requested,
+    )
+
+
+def deprovisioning_decision(facts: SystemFacts, run: Pass) -> phases.Decision:
+    return phases.decide_deprovision(
+        facts,
+        run.marks,
+        clean=run.clean,
+        timeout_seconds=run.timeout_seconds,
+        now=datetime.now(UTC),
+        disk_requested=run.disk_requested,
+    )
+
+
+async def drive(run: Pass, decide: Decide, report_after: Collection[str] = ()) -> phases.Decision:
+    """Observe, decide, act, until the decision is to wait or done (returned); reports each phase, after
+    the action for those in `report_after`. Raises Waiting when the BMC does not settle in MAX_STEPS."""
+    for _ in range(MAX_STEPS):
+        facts = await run.target.facts()
+        decision = decide(facts, run)
+        if decision.action not in report_after:
+            await run.status.phase(decision.phase, facts.power_state, run.timeout_seconds)
+        action = ACTIONS.get(decision.action)
+        if action is None:
+            return decision
+        await action(run)
+    raise errors.Waiting("the BMC has not reached the requested state yet", reason="BMCSettling")
+
+
+def check_spec(instance: BaremetalInstance) -> None:
+    """What the schema cannot check: the BMC address must be one this operator can reach."""
+    bmc.parse_address(instance.spec.bmc.address)
+
+
+async def reconcile(ctx: Context, body: Mapping[str, Any]) -> None:
+    """Move the instance towards Provisioned (or Failed at its deadline); raises to retry."""
+    instance = kinds.BAREMETAL_INSTANCE.parse(body)
+    status = InstanceStatus(ctx, body)
+    if pausing.hands_off(instance.metadata):
+        await status.paused()
+        return
+    async with ctx.lock(instance.metadata):
+        try:
+            await _provision(ctx, instance, status)
+        except errors.CapfleetError as exc:
+            await status.failed(exc)
+            raise
+
+
+async def _provision(ctx: Context, instance: BaremetalInstance, status: InstanceStatus) -> None:
+    check_spec(instance)
+    await ensure_token(ctx, instance.metadata)
+    target = await open_bmc(ctx, instance)
+    try:
+        run = Pass(ctx, target, instance, status, boot_mark=markers.NETWORK_BOOTED)
+        await drive(run, provisioning_decision, report_after=FINISHING)
+    finally:
+        await target.close()
+
+
 def needs_attention(body: Mapping[str, Any]) -> bool:
     """The timer's cheap check (no API or BMC call): a waiting instance ran out of time, or its
     installer's callback has not been acted on yet."""
-    spec, status = body.get("spec") or {}, body.get("status") or {}
-    if status.get("phase") in {"Failed", "Provisioned"}:
+    instance = kinds.BAREMETAL_INSTANCE.parse(body)
+    phase = instance.status.phase if instance.status is not None else None
+    if phase in {"Failed", "Provisioned"}:
         return False
-    marks = phases.Marks.of(body["metadata"])
-    if not status.get("phase") and marks.network_booted_at is not None:
+    marks = phases.Marks.of(instance.metadata)
+    if not phase and marks.network_booted_at is not None:
         return True  # status is a cache: lost (or not written yet), it is rebuilt from the marks and BMC
     if marks.called_back:
         return True
-    timeout = int(spec.get("provisioningTimeoutSeconds", 1800))
+    timeout = instance.spec.provisioning_timeout_seconds
     left = phases.remaining(marks, timeout_seconds=timeout, now=datetime.now(UTC))
     return left is not None and left <= 0
 
@@ -197,7 +257,8 @@ def needs_attention(body: Mapping[str, Any]) -> bool:
 def needs_resync(body: Mapping[str, Any]) -> bool:
     """A provisioned instance is checked against its BMC now and then: the power state in status follows
     the BMC, and `spec.online` is enforced when someone powered the server on or off behind our back."""
-    return (body.get("status") or {}).get("phase") == "Provisioned"
+    status = kinds.BAREMETAL_INSTANCE.parse(body).status
+    return status is not None and status.phase == "Provisioned"
 
 
 class CleaningInProgress(errors.Waiting):
@@ -211,60 +272,30 @@ async def deprovision(ctx: Context, body: Mapping[str, Any]) -> None:
     """Clean the server if asked (network-boot the cleaner, wait for its callback), power it off
     (gracefully, then forced) and put its boot device back on disk. Raises to be called again while
     the cleaner runs."""
-    meta, spec = body["metadata"], body.get("spec") or {}
-    if markers.for_move(meta):
+    instance = kinds.BAREMETAL_INSTANCE.parse(body)
+    meta = instance.metadata
+    if pausing.moving(meta):
         return
     if pausing.annotated(meta):
         raise errors.Waiting("paused: the server is powered off once the object is unpaused", reason="Paused")
-    reporter = reporting.Reporter(ctx.kube, ctx.recorder, body)
+    status = InstanceStatus(ctx, body)
     async with ctx.lock(meta):
         try:
-            target = await open_bmc(ctx, body)
+            target = await open_bmc(ctx, instance)
         except errors.InvalidSpec:
             return  # nothing can be reached with this spec; nothing to undo
+        clean = markers.cleans(meta, instance.spec)
         try:
-            await _undo(ctx, target, meta, spec, reporter)
+            await _undo(Pass(ctx, target, instance, status, boot_mark=markers.CLEANING_BOOTED, clean=clean))
         finally:
             await target.close()
-    ctx.locks.pop(f"{meta.get('namespace')}/{meta['name']}", None)
+    ctx.forget(meta)
 
 
-async def _undo(
-    ctx: Context,
-    target: bmc.BMC,
-    meta: Mapping[str, Any],
-    spec: Mapping[str, Any],
-    reporter: reporting.Reporter,
-) -> None:
-    timeout = int(spec.get("provisioningTimeoutSeconds", 1800))
-    marks = phases.Marks.of(meta)
-    clean = markers.cleans(meta, spec)
-    if clean and phases.cleaning_expired(marks, timeout_seconds=timeout, now=datetime.now(UTC)):
-        await reporter.cleaning_timed_out(timeout)
-    disk_requested = False
-    for _ in range(MAX_STEPS):
-        facts = await target.facts()
-        now = datetime.now(UTC)
-        decision = phases.decide_deprovision(
-            facts, marks, clean=clean, timeout_seconds=timeout, now=now, disk_requested=disk_requested
-        )
-        await reporter.phase(decision.phase, facts.power_state, timeout)
-        if decision.action == "power_off":
-            await target.power_off(force=True)
-            await wait_for_power(target, "Off", ctx.settings.power_wait_seconds)
-        elif decision.action == "network_boot":
-            await target.set_boot_device("pxe", once=True)
-            await target.power_on()
-            stamp = markers.now()
-            await _mark(ctx, meta, markers.CLEANING_BOOTED, stamp)
-            marks = replace(marks, cleaning_booted_at=markers.parse_time(stamp))
-        elif decision.action == "wait":
-            raise CleaningInProgress("waiting for the cleaner to call back", reason="Cleaning")
-        elif decision.action == "shut_down":
-            await shut_down(ctx, target)
-        elif decision.action == "boot_from_disk":
-            await target.set_boot_device("disk", once=False)
-            disk_requested = True
-        else:
-            return
-    raise errors.Waiting("the BMC has not reached the requested state yet", reason="BMCSettling")
+async def _undo(run: Pass) -> None:
+    timeout = run.timeout_seconds
+    if run.clean and phases.cleaning_expired(run.marks, timeout_seconds=timeout, now=datetime.now(UTC)):
+        await run.status.cleaning_timed_out(timeout)
+    final = await drive(run, deprovisioning_decision)
+    if final.action == "wait":
+        raise CleaningInProgress("waiting for the cleaner to call back", reason="Cleaning")

@@ -2,8 +2,12 @@
 
 Conditions: `BMCReachable` (the BMC answered with these credentials), `Provisioned` (its reason is the
 phase while provisioning, cleaning or deprovisioning runs, `ProvisioningTimedOut` when it failed) and
-`Ready` summarising both, plus CAPI's `Paused`. Only the keys that change are written, so an idle
-instance makes no API writes.
+`Ready` summarising both, plus CAPI's `Paused`. Status is written through the kit's
+`reconciling.Context.write_status`, so only the keys that change are written and an idle instance makes
+no API writes.
+
+The Events are the phases (reason = phase) and the errors (reason = the error's), posted here; Ready's
+transitions post none (`contexts.Context.announce`).
 """
 
 from __future__ import annotations
@@ -11,14 +15,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from baremetal_provision.backends.bmc import PowerState
+from baremetal_provision.backends.base import PowerState
+from baremetal_provision.contexts import INSTANCES, Context
 from baremetal_provision.phases import Phase
-from capfleet import conditions, errors, events, pausing, statuses
-from capfleet.api import kinds
+from capfleet import conditions, errors, events, pausing
 from capfleet.conditions import Update
-from capfleet.kube import Kube
 
-RESOURCE = kinds.BAREMETAL_INSTANCE.resource
 BMC_REACHABLE = "BMCReachable"
 PROVISIONED = "Provisioned"
 STEPS = [BMC_REACHABLE, PROVISIONED]
@@ -43,62 +45,48 @@ def phase_update(phase: Phase, timeout_seconds: int) -> Update:
     return Update.false(PROVISIONED, phase, MESSAGES[phase])
 
 
-def desired(body: Mapping[str, Any], fields: Mapping[str, Any], *updates: Update) -> dict[str, Any]:
-    current = body.get("status") or {}
-    generation = body["metadata"].get("generation")
-    result = statuses.with_conditions(current, updates, generation=generation, ready_steps=STEPS)
-    return {**fields, "conditions": result}
+class InstanceStatus:
+    """One instance's status during a reconcile, written at each phase it passes and remembering what it
+    wrote.
 
+    Not `reconciling.Recorder`, which writes once, at the end or at the failing step, against the body
+    kopf gave it: a reconcile here may wait minutes for the power between phases, so each phase is
+    written (and its Event posted) as it is reached, and each write is compared with the status written
+    before it, not with kopf's stale body. Errors do not fail one step either: a BMC error is on
+    `BMCReachable`, any other on `Ready` itself.
+    """
 
-class Reporter:
-    """Writes one instance's status during a reconcile, remembering what it wrote (the body is stale)."""
-
-    def __init__(self, kube: Kube, recorder: events.Recorder, body: Mapping[str, Any]) -> None:
-        self._kube = kube
-        self._recorder = recorder
+    def __init__(self, ctx: Context, body: Mapping[str, Any]) -> None:
+        self._ctx = ctx
         self._body = body
-        self._status: dict[str, Any] = dict(body.get("status") or {})
 
-    def _current(self) -> dict[str, Any]:
-        return {**self._body, "status": self._status}
-
-    async def _write(self, wanted: Mapping[str, Any]) -> None:
-        changed = statuses.differences(self._status, wanted)
-        if changed:
-            meta = self._body["metadata"]
-            await self._kube.patch_status(RESOURCE, meta["name"], changed, meta["namespace"])
-            self._status.update(changed)
+    async def _write(
+        self, fields: Mapping[str, Any], updates: list[Update], ready_steps: list[str] | None = STEPS
+    ) -> None:
+        written = await self._ctx.write_status(INSTANCES, self._body, fields, updates, ready_steps)
+        self._body = {**self._body, "status": {**(self._body.get("status") or {}), **written}}
 
     async def paused(self) -> None:
-        await self._write(desired(self._current(), {}, pausing.condition(True)))
+        await self._write({}, [pausing.condition(True)])
 
     async def phase(self, phase: Phase, power: PowerState, timeout_seconds: int) -> None:
+        update = phase_update(phase, timeout_seconds)
+        connected = Update.true(BMC_REACHABLE, "Connected", "the BMC answered")
         fields = {"phase": phase, "powerState": power}
-        updates = (
-            pausing.condition(False),
-            Update.true(BMC_REACHABLE, "Connected", "the BMC answered"),
-            phase_update(phase, timeout_seconds),
-        )
-        await self._write(desired(self._current(), fields, *updates))
+        await self._write(fields, [pausing.condition(False), connected, update])
         kind: events.EventType = "Warning" if phase == "Failed" else "Normal"
-        await self._recorder.transition(self._body, kind, phase, phase_update(phase, timeout_seconds).message)
+        await self._ctx.recorder.transition(self._body, kind, phase, update.message)
 
     async def cleaning_timed_out(self, timeout_seconds: int) -> None:
         message = f"the cleaner did not call back within {timeout_seconds}s; deprovisioning without it"
-        await self._recorder.transition(self._body, "Warning", "CleaningTimedOut", message)
+        await self._ctx.recorder.transition(self._body, "Warning", "CleaningTimedOut", message)
 
     async def failed(self, exc: errors.CapfleetError) -> None:
         """Record an error: BMCReachable=False for BMC errors, else Ready=False with its reason."""
-        updates = [pausing.condition(False)]
         if isinstance(exc, errors.BackendRejected | errors.BackendUnavailable):
-            updates.append(Update.false(BMC_REACHABLE, exc.reason, exc.message))
-        wanted = desired(self._current(), {}, *updates)
-        if not isinstance(exc, errors.BackendRejected | errors.BackendUnavailable):
-            ready = conditions.apply(
-                conditions.parse(wanted["conditions"]),
-                Update.false(conditions.READY, exc.reason, exc.message),
-                generation=self._body["metadata"].get("generation"),
-            )
-            wanted["conditions"] = conditions.to_wire(ready)
-        await self._write(wanted)
-        await self._recorder.transition(self._body, "Warning", exc.reason, exc.message)
+            unreachable = Update.false(BMC_REACHABLE, exc.reason, exc.message)
+            await self._write({}, [pausing.condition(False), unreachable])
+        else:
+            stopped = Update.false(conditions.READY, exc.reason, exc.message)
+            await self._write({}, [pausing.condition(False), stopped], ready_steps=None)
+        await self._ctx.recorder.transition(self._body, "Warning", exc.reason, exc.message)

@@ -19,9 +19,11 @@ import kopf
 from aiohttp import web
 
 from baremetal_provision import booting, markers
-from baremetal_provision.reporting import RESOURCE
-from capfleet import metrics, resources, runtime
-from capfleet.kube import KubeError
+from baremetal_provision.contexts import INSTANCES
+from capfleet import metrics, reconciling, resources
+from capfleet.api import kinds
+from capfleet.api.baremetal import BaremetalInstanceSpec
+from capfleet.kube import Kube, KubeError
 
 log = logging.getLogger(__name__)
 SEED_FILES = {"user-data", "meta-data", "network-config"}
@@ -34,7 +36,7 @@ class Served:
     namespace: str
     name: str
     token: str
-    spec: Mapping[str, Any]
+    spec: BaremetalInstanceSpec
     seed_fetched: bool
     called_back: bool
     cleaning: bool = False
@@ -43,7 +45,9 @@ class Served:
 
 
 def served_of(body: Mapping[str, Any]) -> Served | None:
-    meta, spec = body["metadata"], body.get("spec") or {}
+    """The index entry of an instance: one with a token, not deleted, unless it is being cleaned."""
+    instance = kinds.BAREMETAL_INSTANCE.parse(body)
+    meta, spec = instance.metadata, instance.spec
     token = markers.token_of(meta)
     cleaning = markers.cleaning_pending(meta, spec)
     if token is None or (meta.get("deletionTimestamp") and not cleaning):
@@ -53,7 +57,7 @@ def served_of(body: Mapping[str, Any]) -> Served | None:
         namespace=str(meta["namespace"]),
         name=str(meta["name"]),
         token=token,
-        spec=dict(spec),
+        spec=spec,
         seed_fetched=bool(found.get(markers.SEED_FETCHED)),
         called_back=bool(found.get(markers.CALLED_BACK)),
         cleaning=cleaning,
@@ -74,13 +78,18 @@ class Lookup:
         store = index.get(key)
         return next(iter(store), None) if store is not None else None
 
+    @property
+    def kube(self) -> Kube:
+        """The API client, read when a request needs it: the runtime creates it after this server starts."""
+        return reconciling.from_memo(self.memo, reconciling.KUBE_KEY, Kube)
+
     def base(self, request: web.Request, served: Served | None = None) -> str:
-        own = served.spec.get("bootServerURL") if served is not None else None
-        return str(own or self.boot_url or f"{request.scheme}://{request.host}")
+        own = served.spec.boot_server_url if served is not None else None
+        return own or self.boot_url or f"{request.scheme}://{request.host}"
 
     async def mark(self, served: Served, key: str) -> None:
         patch = {"metadata": {"annotations": {key: markers.now()}}}
-        await runtime.kube(self.memo).patch(RESOURCE, served.name, patch, served.namespace)
+        await self.kube.patch(INSTANCES, served.name, patch, served.namespace)
 
 
 LOOKUP = web.AppKey("lookup", Lookup)
@@ -107,7 +116,7 @@ async def ipxe(request: web.Request) -> web.Response:
     if served.called_back:
         return text(booting.exit_script("provisioned; booting from disk"))
     log.info("serving the installer script of %s/%s to %s", served.namespace, served.name, mac)
-    return text(booting.install_script(served.spec["os"], lookup.base(request, served), served.token))
+    return text(booting.install_script(served.spec.os, lookup.base(request, served), served.token))
 
 
 async def seed(request: web.Request) -> web.Response:
@@ -123,13 +132,13 @@ async def seed(request: web.Request) -> web.Response:
         if config is None:
             raise web.HTTPNotFound()
         return text(config)
-    ref = served.spec["userDataSecretRef"]
+    ref = served.spec.user_data_secret_ref
     try:
-        secret = await runtime.kube(lookup.memo).get(resources.SECRETS, ref["name"], served.namespace)
+        secret = await lookup.kube.get(resources.SECRETS, ref.name, served.namespace)
     except KubeError as exc:
         log.warning("cannot read the user-data of %s/%s: %s", served.namespace, served.name, exc)
         raise web.HTTPServiceUnavailable() from exc
-    value = ((secret or {}).get("data") or {}).get(ref.get("key") or "value")
+    value = ((secret or {}).get("data") or {}).get(ref.key)
     if value is None:
         raise web.HTTPServiceUnavailable(text="bootstrap data not ready")
     if not served.seed_fetched:

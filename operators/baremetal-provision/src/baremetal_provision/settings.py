@@ -1,44 +1,58 @@
-"""baremetal-provision's own options, read once at startup from `CAPFLEET_*` environment variables.
+"""baremetal-provision's own options, read once at startup (by `capfleet.runtime.run`) from environment
+variables; a bad value stops the operator before any handler runs.
 
-`CAPFLEET_BOOT_LISTEN` is where the HTTP server for iPXE, seeds and callbacks listens;
+`CAPFLEET_BOOT_LISTEN` (host:port) is where the HTTP server for iPXE, seeds and callbacks listens;
 `CAPFLEET_BOOT_URL` is the base URL the servers use to reach it (an instance's `spec.bootServerURL`
 overrides it); `CAPFLEET_BOOT_FILES_DIR`, when set, is served under `/files/` (installer kernels and
 initrds next to the operator, as Ironic's HTTP root); `CAPFLEET_BMC_SHUTDOWN_SECONDS` is how long a
-graceful shutdown may take before the power is cut; `CAPFLEET_IPMI_CIPHER_SUITE` (17 or 3) is the cipher
-suite proposed to IPMI BMCs first (3 for BMCs that cannot negotiate 17, such as virtualbmc).
+graceful shutdown may take before the power is cut; `CAPFLEET_BMC_POWER_WAIT_SECONDS` how long a power
+change is waited for; `CAPFLEET_IPMI_CIPHER_SUITE` (17 or 3) is the cipher suite proposed to IPMI BMCs
+first (3 for BMCs that cannot negotiate 17, such as virtualbmc).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
+from capfleet import reconciling
+from capfleet.reconciling import setting
 
-@dataclass(frozen=True)
-class Settings:
-    listen_host: str = "0.0.0.0"
-    listen_port: int = 8081
-    boot_url: str | None = None
-    files_dir: str | None = None
-    shutdown_seconds: float = 60.0
-    power_wait_seconds: float = 30.0
-    ipmi_cipher_suite: int = 17
+DEFAULT_LISTEN_HOST = "0.0.0.0"
 
-    @classmethod
-    def from_environ(cls, environ: Mapping[str, str]) -> Settings:
-        host, _, port = environ.get("CAPFLEET_BOOT_LISTEN", "0.0.0.0:8081").rpartition(":")
-        return cls(
-            listen_host=host or "0.0.0.0",
-            listen_port=int(port),
-            boot_url=environ.get("CAPFLEET_BOOT_URL") or None,
-            files_dir=environ.get("CAPFLEET_BOOT_FILES_DIR") or None,
-            shutdown_seconds=float(environ.get("CAPFLEET_BMC_SHUTDOWN_SECONDS", "60")),
-            power_wait_seconds=float(environ.get("CAPFLEET_BMC_POWER_WAIT_SECONDS", "30")),
-            ipmi_cipher_suite=_cipher_suite(environ.get("CAPFLEET_IPMI_CIPHER_SUITE", "17")),
-        )
+
+def split_listen(value: str) -> tuple[str, int]:
+    """`host:port` (the host may be empty: all addresses) → (host, port); ValueError when not."""
+    host, _, port = value.strip().rpartition(":")
+    number = int(port)
+    if not 0 <= number <= 65535:
+        raise ValueError(f"port {number} out of range")
+    return host or DEFAULT_LISTEN_HOST, number
+
+
+def _listen(value: str) -> str:
+    split_listen(value)
+    return value.strip()
 
 
 def _cipher_suite(value: str) -> int:
     if value.strip() not in {"3", "17"}:
-        raise ValueError(f"CAPFLEET_IPMI_CIPHER_SUITE must be 3 or 17, not {value!r}")
+        raise ValueError("must be 3 or 17")
     return int(value)
+
+
+@dataclass(frozen=True)
+class BaremetalSettings(reconciling.Settings):
+    boot_listen: str = setting(f"{DEFAULT_LISTEN_HOST}:8081", env="CAPFLEET_BOOT_LISTEN", parse=_listen)
+    boot_url: str | None = None
+    files_dir: str | None = setting(None, env="CAPFLEET_BOOT_FILES_DIR")
+    shutdown_seconds: float = setting(60.0, env="CAPFLEET_BMC_SHUTDOWN_SECONDS")
+    power_wait_seconds: float = setting(30.0, env="CAPFLEET_BMC_POWER_WAIT_SECONDS")
+    ipmi_cipher_suite: int = setting(17, parse=_cipher_suite)
+
+    @property
+    def listen_host(self) -> str:
+        return split_listen(self.boot_listen)[0]
+
+    @property
+    def listen_port(self) -> int:
+        return split_listen(self.boot_listen)[1]

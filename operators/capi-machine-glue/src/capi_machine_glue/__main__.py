@@ -4,10 +4,11 @@ does.
 
 from capfleet import runtime
 from capi_machine_glue import handlers
+from capi_machine_glue.settings import GlueSettings
 
 
 def main() -> None:
-    runtime.run(handlers.IDENTITY)
+    runtime.run(handlers.IDENTITY, GlueSettings)
 
 
 if __name__ == "__main__":

@@ -11,13 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from capfleet import ownership, pausing
+from capfleet import ownership, pausing, reconciling
 from capfleet.api import kinds
-from capfleet.api.hybrid_clusters import HybridClusterSpec
+from capfleet.api.capi import IPAddress
+from capfleet.api.hybrid_clusters import APIEndpoint, HybridCluster, HybridClusterSpec
 from capfleet.conditions import Update
-from capi_machine_glue import names, summaries
-from capi_machine_glue.contexts import ADDRESSES, CLAIMS, CLUSTERS, HYBRID_CLUSTERS, Context, write_status
-from capi_machine_glue.machines import ChildrenRemaining
+from capi_machine_glue import gates, names, specs, summaries
+from capi_machine_glue.contexts import ADDRESSES, CLAIMS, CLUSTERS, HYBRID_CLUSTERS, Context
+from capi_machine_glue.machines import ChildrenRemaining, capi_cluster
 from capi_machine_glue.wakeups import HYBRID_CLUSTER, Key
 
 MANAGED_BY_ANNOTATION = "cluster.x-k8s.io/managed-by"
@@ -50,11 +51,18 @@ def failure_domains(spec: HybridClusterSpec) -> list[dict[str, Any]]:
     return result
 
 
-def cluster_owner(meta: Mapping[str, Any]) -> str | None:
-    for ref in meta.get("ownerReferences") or []:
-        if ref.get("kind") == "Cluster" and str(ref.get("apiVersion", "")).startswith("cluster.x-k8s.io/"):
-            return str(ref["name"])
-    return None
+def provisioned(hybrid: HybridCluster) -> bool:
+    status = hybrid.status
+    return bool(status and status.initialization and status.initialization.provisioned)
+
+
+async def _mirror_pause(ctx: Context, claim: Obj | None, paused: bool) -> None:
+    """The VIP claim carries the paused annotation while the cluster is paused."""
+    if claim is None or pausing.annotated(claim["metadata"]) == paused:
+        return
+    value = "true" if paused else None
+    patch = {"metadata": {"annotations": {pausing.PAUSED_ANNOTATION: value}}}
+    await ctx.kube.patch(CLAIMS, claim["metadata"]["name"], patch, claim["metadata"]["namespace"])
 
 
 async def reconcile(ctx: Context, namespace: str, name: str) -> None:
@@ -64,33 +72,34 @@ async def reconcile(ctx: Context, namespace: str, name: str) -> None:
     if pausing.moving(body["metadata"]):
         return
     meta = body["metadata"]
-    spec = kinds.HYBRID_CLUSTER.parse(body).spec
-    cluster_name = cluster_owner(meta) or ownership.cluster_name(meta)
+    hybrid = kinds.HYBRID_CLUSTER.parse(body)
+    cluster_name = gates.capi_owner(meta, CLUSTERS) or ownership.cluster_name(meta)
+    recorder = reconciling.Recorder(ctx, HYBRID_CLUSTERS, body, STEPS)
     if cluster_name is None:
-        waiting = Update.false(ENDPOINT, "WaitingForCluster", "no CAPI Cluster owns this HybridCluster yet")
-        await write_status(ctx, HYBRID_CLUSTERS, body, {}, [pausing.condition(False), waiting], STEPS)
+        recorder.note(
+            Update.false(ENDPOINT, "WaitingForCluster", "no CAPI Cluster owns this HybridCluster yet")
+        )
+        await recorder.finish()
         return
     ctx.wakeups.belongs_to(Key(HYBRID_CLUSTER, namespace, name), namespace, cluster_name)
-    cluster = await ctx.kube.get(CLUSTERS, cluster_name, namespace)
+    cluster = await capi_cluster(ctx, cluster_name, namespace)
     claim_name = names.endpoint_claim(name)
     claim = (
-        await ctx.kube.get(CLAIMS, claim_name, namespace) if spec.control_plane_endpoint_pool_ref else None
+        await ctx.kube.get(CLAIMS, claim_name, namespace)
+        if hybrid.spec.control_plane_endpoint_pool_ref
+        else None
     )
-    paused = pausing.annotated(meta) or pausing.cluster_paused(cluster)
-    if claim is not None and pausing.annotated(claim["metadata"]) != paused:
-        value = "true" if paused else None
-        await ctx.kube.patch(
-            CLAIMS, claim_name, {"metadata": {"annotations": {pausing.PAUSED_ANNOTATION: value}}}, namespace
-        )
+    paused = pausing.annotated(meta) or gates.paused(cluster)
+    await _mirror_pause(ctx, claim, paused)
     if paused:
-        await write_status(ctx, HYBRID_CLUSTERS, body, {}, [pausing.condition(True)], None)
+        await reconciling.Recorder(ctx, HYBRID_CLUSTERS, body, None).paused()
         return
-    fields: dict[str, Any] = {"failureDomains": failure_domains(spec)}
-    endpoint = await control_plane_endpoint(ctx, body, spec, claim, cluster_name)
-    already = bool(((body.get("status") or {}).get("initialization") or {}).get("provisioned"))
-    if already or endpoint.status == "True":
-        fields["initialization"] = {"provisioned": True}
-    await write_status(ctx, HYBRID_CLUSTERS, body, fields, [pausing.condition(False), endpoint], STEPS)
+    recorder.fields["failureDomains"] = failure_domains(hybrid.spec)
+    endpoint = await control_plane_endpoint(ctx, body, hybrid.spec, claim, cluster_name)
+    recorder.note(endpoint)
+    if provisioned(hybrid) or endpoint.status == "True":
+        recorder.fields["initialization"] = {"provisioned": True}
+    await recorder.finish()
 
 
 async def control_plane_endpoint(
@@ -118,18 +127,20 @@ async def control_plane_endpoint(
             "apiVersion": CLAIMS.api_version,
             "kind": CLAIMS.kind,
             "metadata": metadata,
-            "spec": {"poolRef": pool.model_dump(by_alias=True), "clusterName": cluster_name},
+            "spec": specs.claim_spec(pool, cluster_name).to_wire(),
         }
         claim, _ = await ctx.kube.create_or_get(CLAIMS, child, namespace)
     update = summaries.child_ready(ENDPOINT, "IPAddressClaim", claim, "Allocated")
-    address_name = ((claim.get("status") or {}).get("addressRef") or {}).get("name")
+    address_name = summaries.address_name(claim)
     if update.status != "True" or not address_name:
         return update
     address = await ctx.kube.get(ADDRESSES, address_name, namespace)
     if address is None:
         return Update.unknown(ENDPOINT, "Pending", f"IPAddress {address_name} not found")
-    host = summaries.allocation(address).address
-    endpoint_patch = {"spec": {"controlPlaneEndpoint": {"host": host, "port": DEFAULT_API_PORT}}}
+    host = summaries.allocation(IPAddress.parse(address)).address
+    endpoint_patch = {
+        "spec": {"controlPlaneEndpoint": APIEndpoint(host=host, port=DEFAULT_API_PORT).to_wire()}
+    }
     await ctx.kube.patch(HYBRID_CLUSTERS, name, endpoint_patch, namespace)
     return Update.true(ENDPOINT, "Allocated", f"{host}:{DEFAULT_API_PORT} from {pool.kind} {pool.name}")
 
@@ -146,4 +157,7 @@ async def delete(ctx: Context, body: Obj) -> None:
         return
     if not claim["metadata"].get("deletionTimestamp"):
         await ctx.kube.delete(CLAIMS, claim_name, namespace)
-    raise ChildrenRemaining(f"waiting for IPAddressClaim {claim_name} to be deleted")
+    raise ChildrenRemaining(
+        f"waiting for IPAddressClaim {claim_name} to be deleted",
+        poll_seconds=ctx.settings.deletion_poll_seconds,
+    )

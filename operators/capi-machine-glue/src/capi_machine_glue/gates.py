@@ -1,8 +1,11 @@
 """The CAPI contract's waits, in its order: cluster infrastructure, control plane (workers), bootstrap data.
 
 Each wait is a condition with a reason, so a machine that does nothing says why. These read only CAPI's
-objects (Cluster, Machine), as every infrastructure provider must: the HybridCluster's own status is not
-what CAPI considers provisioned until the Cluster says so.
+objects (Cluster, Machine), typed, as every infrastructure provider must: the HybridCluster's own status
+is not what CAPI considers provisioned until the Cluster says so.
+
+`capfleet.api.capi` names the Cluster's spec and the Machine's spec; the waits also read the Cluster's
+status and the Machine's controller, so the views here add those fields.
 """
 
 from __future__ import annotations
@@ -10,34 +13,81 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import Field
+
 from capfleet import conditions
+from capfleet.api import capi, kinds
+from capfleet.api.base import Model
+from capfleet.api.hybrid_clusters import HybridCluster
 from capfleet.conditions import Update
+from capfleet.resources import Resource
 from capi_machine_glue.summaries import BOOTSTRAP, CLUSTER_INFRASTRUCTURE, CONTROL_PLANE
 
 CONTROL_PLANE_LABEL = "cluster.x-k8s.io/control-plane"
-HYBRID_CLUSTER_KIND = "HybridCluster"
-INFRASTRUCTURE_GROUP = "infrastructure.cluster.x-k8s.io"
-
-Obj = Mapping[str, Any]
 
 
-def _initialization(obj: Obj) -> Mapping[str, Any]:
-    return (obj.get("status") or {}).get("initialization") or {}
+class OwnerReference(Model):
+    api_version: str = ""
+    kind: str = ""
+    name: str = ""
+    controller: bool | None = None
 
 
-def infrastructure_ref(cluster: Obj) -> str | None:
+class ObjectMeta(capi.Metadata):
+    owner_references: list[OwnerReference] = Field(default_factory=list)
+
+
+class Machine(capi.Machine):
+    """A CAPI Machine, with the owner references that name its controller."""
+
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+
+
+class ClusterInitialization(Model):
+    infrastructure_provisioned: bool | None = None
+    control_plane_initialized: bool | None = None
+
+
+class ClusterStatus(Model):
+    initialization: ClusterInitialization = Field(default_factory=ClusterInitialization)
+    conditions: list[dict[str, Any]] = Field(default_factory=list)
+    """Left in wire form: only a worker's wait parses them (`conditions.parse`)."""
+
+
+class Cluster(capi.Cluster):
+    """A CAPI Cluster, with the status the waits read."""
+
+    status: ClusterStatus = Field(default_factory=ClusterStatus)
+
+
+def paused(cluster: Cluster | None) -> bool:
+    """Whether the Cluster is paused (by spec or annotation); a missing Cluster is not."""
+    return cluster is not None and cluster.paused
+
+
+def capi_owner(meta: Mapping[str, Any], resource: Resource) -> str | None:
+    """The name of the object's owner of CAPI's kind `resource` (a Machine, a Cluster), if any."""
+    for ref in meta.get("ownerReferences") or []:
+        api_version = str(ref.get("apiVersion", ""))
+        if ref.get("kind") == resource.kind and api_version.startswith(resource.group + "/"):
+            return str(ref["name"])
+    return None
+
+
+def infrastructure_ref(cluster: Cluster) -> str | None:
     """The name of the Cluster's HybridCluster, if its infrastructure is one."""
-    ref = (cluster.get("spec") or {}).get("infrastructureRef") or {}
-    if (
-        ref.get("kind") != HYBRID_CLUSTER_KIND
-        or ref.get("apiGroup", INFRASTRUCTURE_GROUP) != INFRASTRUCTURE_GROUP
-    ):
+    ref = cluster.spec.infrastructure_ref
+    if ref is None or ref.kind != kinds.HYBRID_CLUSTER.kind:
         return None
-    name = ref.get("name")
-    return str(name) if name else None
+    group = kinds.INFRASTRUCTURE_GROUP if ref.api_group is None else ref.api_group
+    if group != kinds.INFRASTRUCTURE_GROUP:
+        return None
+    return ref.name or None
 
 
-def cluster_infrastructure(cluster_name: str, cluster: Obj | None, hybrid_cluster: Obj | None) -> Update:
+def cluster_infrastructure(
+    cluster_name: str, cluster: Cluster | None, hybrid_cluster: HybridCluster | None
+) -> Update:
     if cluster is None:
         return Update.false(CLUSTER_INFRASTRUCTURE, "WaitingForCluster", f"Cluster {cluster_name} not found")
     if infrastructure_ref(cluster) is None:
@@ -52,7 +102,7 @@ def cluster_infrastructure(cluster_name: str, cluster: Obj | None, hybrid_cluste
             "WaitingForHybridCluster",
             f"HybridCluster {infrastructure_ref(cluster)} not found",
         )
-    if not _initialization(cluster).get("infrastructureProvisioned"):
+    if not cluster.status.initialization.infrastructure_provisioned:
         return Update.false(
             CLUSTER_INFRASTRUCTURE,
             "WaitingForClusterInfrastructure",
@@ -61,16 +111,16 @@ def cluster_infrastructure(cluster_name: str, cluster: Obj | None, hybrid_cluste
     return Update.true(CLUSTER_INFRASTRUCTURE, "Provisioned")
 
 
-def is_control_plane(machine: Obj) -> bool:
-    return CONTROL_PLANE_LABEL in ((machine.get("metadata") or {}).get("labels") or {})
+def is_control_plane(machine: Machine) -> bool:
+    return CONTROL_PLANE_LABEL in machine.metadata.labels
 
 
-def control_plane_initialized(machine: Obj, cluster: Obj) -> Update:
+def control_plane_initialized(machine: Machine, cluster: Cluster) -> Update:
     """True at once for control-plane machines; workers wait for the Cluster's control plane."""
     if is_control_plane(machine):
         return Update.true(CONTROL_PLANE, "ControlPlaneMachine", "this machine is part of the control plane")
-    initialized = bool(_initialization(cluster).get("controlPlaneInitialized")) or conditions.is_true(
-        conditions.parse((cluster.get("status") or {}).get("conditions")), "ControlPlaneInitialized"
+    initialized = bool(cluster.status.initialization.control_plane_initialized) or conditions.is_true(
+        conditions.parse(cluster.status.conditions), "ControlPlaneInitialized"
     )
     if not initialized:
         return Update.false(
@@ -81,12 +131,11 @@ def control_plane_initialized(machine: Obj, cluster: Obj) -> Update:
     return Update.true(CONTROL_PLANE, "Initialized")
 
 
-def data_secret_name(machine: Obj) -> str | None:
-    name = ((machine.get("spec") or {}).get("bootstrap") or {}).get("dataSecretName")
-    return str(name) if name else None
+def data_secret_name(machine: Machine) -> str | None:
+    return machine.spec.bootstrap.data_secret_name or None
 
 
-def bootstrap_data(machine: Obj) -> Update:
+def bootstrap_data(machine: Machine) -> Update:
     name = data_secret_name(machine)
     if name is None:
         return Update.false(
@@ -95,14 +144,13 @@ def bootstrap_data(machine: Obj) -> Update:
     return Update.true(BOOTSTRAP, "Available", f"Secret {name}")
 
 
-def machine_group(machine: Obj) -> str | None:
+def machine_group(machine: Machine) -> str | None:
     """The Machine's controller (MachineSet or control plane), the natural anti-affinity group."""
-    for ref in (machine.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("controller"):
-            return f"{ref.get('kind')}/{ref.get('name')}"
+    for ref in machine.metadata.owner_references:
+        if ref.controller:
+            return f"{ref.kind}/{ref.name}"
     return None
 
 
-def failure_domain(machine: Obj) -> str | None:
-    value = (machine.get("spec") or {}).get("failureDomain")
-    return str(value) if value else None
+def failure_domain(machine: Machine) -> str | None:
+    return machine.spec.failure_domain or None

@@ -14,35 +14,37 @@ from typing import Any
 
 import kopf
 
-from capfleet import runtime
-from capfleet.api import kinds
+from capfleet import ownership, reconciling, runtime
+from capfleet.api import capi
 from capi_machine_glue import clusters, loops, machines
 from capi_machine_glue.contexts import (
     CLAIMS,
     CLUSTERS,
+    HYBRID_CLUSTERS,
+    HYBRID_MACHINES,
     INSTANCES,
     LIBVIRT_VMS,
     MACHINES,
     NETBOX_DEVICES,
     NETBOX_VMS,
+    WAKEUPS_KEY,
     Context,
 )
 from capi_machine_glue.wakeups import HYBRID_CLUSTER, HYBRID_MACHINE, Key, Wakeups
 
 IDENTITY = runtime.Identity("capi-machine-glue")
-HYBRID_MACHINES = (kinds.INFRASTRUCTURE_GROUP, kinds.VERSION, "hybridmachines")
-HYBRID_CLUSTERS = (kinds.INFRASTRUCTURE_GROUP, kinds.VERSION, "hybridclusters")
 CANCELLATION_TIMEOUT = 10.0
-
-
-def _watched(resource: Any) -> tuple[str, str, str]:
-    return (resource.group, resource.version, resource.plural)
 
 
 @kopf.on.startup()
 def create_wakeups(memo: kopf.Memo, **_: Any) -> None:
     # In the operator-wide memo at startup: kopf gives each object a shallow copy of it.
-    memo["glue_wakeups"] = Wakeups()
+    memo[WAKEUPS_KEY] = Wakeups()
+
+
+def wakeups(memo: kopf.Memo) -> Wakeups:
+    """The wake-up registry: all the watch handlers need, so they do not build a whole Context."""
+    return reconciling.from_memo(memo, WAKEUPS_KEY, Wakeups)
 
 
 def _namespaced(namespace: str | None) -> str:
@@ -51,26 +53,19 @@ def _namespaced(namespace: str | None) -> str:
     return namespace
 
 
-def context(memo: kopf.Memo) -> Context:
-    wakeups = memo.get("glue_wakeups")
-    if not isinstance(wakeups, Wakeups):
-        raise RuntimeError("capi-machine-glue did not start: no wake-up registry in memo")
-    return Context(runtime.kube(memo), runtime.recorder(memo), wakeups)
-
-
-@kopf.daemon(*HYBRID_MACHINES, cancellation_timeout=CANCELLATION_TIMEOUT)
+@kopf.daemon(*HYBRID_MACHINES.watch, cancellation_timeout=CANCELLATION_TIMEOUT)
 async def machine_loop(
     name: str, namespace: str | None, memo: kopf.Memo, stopped: kopf.DaemonStopped, **_: Any
 ) -> None:
-    ctx = context(memo)
+    ctx = Context.from_memo(memo)
     reconcile = functools.partial(machines.reconcile, ctx, _namespaced(namespace), name)
     await loops.run(ctx, Key(HYBRID_MACHINE, _namespaced(namespace), name), reconcile, stopped)
 
 
-@kopf.on.delete(*HYBRID_MACHINES)
+@kopf.on.delete(*HYBRID_MACHINES.watch)
 @runtime.reconciler("HybridMachine")
 async def delete_machine(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    await machines.delete(context(memo), body)
+    await machines.delete(Context.from_memo(memo), body)
 
 
 def ours(annotations: kopf.Annotations, **_: Any) -> bool:
@@ -78,56 +73,56 @@ def ours(annotations: kopf.Annotations, **_: Any) -> bool:
     return not clusters.externally_managed({"annotations": annotations})
 
 
-@kopf.daemon(*HYBRID_CLUSTERS, cancellation_timeout=CANCELLATION_TIMEOUT, when=ours)
+@kopf.daemon(*HYBRID_CLUSTERS.watch, cancellation_timeout=CANCELLATION_TIMEOUT, when=ours)
 async def cluster_loop(
     name: str, namespace: str | None, memo: kopf.Memo, stopped: kopf.DaemonStopped, **_: Any
 ) -> None:
-    ctx = context(memo)
+    ctx = Context.from_memo(memo)
     reconcile = functools.partial(clusters.reconcile, ctx, _namespaced(namespace), name)
     await loops.run(ctx, Key(HYBRID_CLUSTER, _namespaced(namespace), name), reconcile, stopped)
 
 
-@kopf.on.delete(*HYBRID_CLUSTERS, when=ours)
+@kopf.on.delete(*HYBRID_CLUSTERS.watch, when=ours)
 @runtime.reconciler("HybridCluster")
 async def delete_cluster(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    await clusters.delete(context(memo), body)
+    await clusters.delete(Context.from_memo(memo), body)
 
 
-@kopf.on.event(*HYBRID_MACHINES)
+@kopf.on.event(*HYBRID_MACHINES.watch)
 def machine_changed(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
-    context(memo).wakeups.poke(Key(HYBRID_MACHINE, _namespaced(namespace), name))
+    wakeups(memo).poke(Key(HYBRID_MACHINE, _namespaced(namespace), name))
 
 
-@kopf.on.event(*HYBRID_CLUSTERS)
+@kopf.on.event(*HYBRID_CLUSTERS.watch)
 def hybrid_cluster_changed(
     name: str, namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any
 ) -> None:
-    wakeups = context(memo).wakeups
-    wakeups.poke(Key(HYBRID_CLUSTER, _namespaced(namespace), name))
-    cluster = labels.get("cluster.x-k8s.io/cluster-name")
+    registry = wakeups(memo)
+    registry.poke(Key(HYBRID_CLUSTER, _namespaced(namespace), name))
+    cluster = labels.get(ownership.CLUSTER_NAME_LABEL)
     if cluster:
-        wakeups.poke_cluster(_namespaced(namespace), cluster)
+        registry.poke_cluster(_namespaced(namespace), cluster)
 
 
-@kopf.on.event(*_watched(CLUSTERS))
+@kopf.on.event(*CLUSTERS.watch)
 def cluster_changed(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
-    context(memo).wakeups.poke_cluster(_namespaced(namespace), name)
+    wakeups(memo).poke_cluster(_namespaced(namespace), name)
 
 
-@kopf.on.event(*_watched(MACHINES))
-def capi_machine_changed(spec: kopf.Spec, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
-    ref = spec.get("infrastructureRef") or {}
-    if ref.get("kind") == HYBRID_MACHINE and ref.get("name"):
-        context(memo).wakeups.poke(Key(HYBRID_MACHINE, _namespaced(namespace), ref["name"]))
+@kopf.on.event(*MACHINES.watch)
+def capi_machine_changed(body: kopf.Body, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
+    ref = capi.Machine.parse(body).spec.infrastructure_ref
+    if ref is not None and ref.kind == HYBRID_MACHINE and ref.name:
+        wakeups(memo).poke(Key(HYBRID_MACHINE, _namespaced(namespace), ref.name))
 
 
-@kopf.on.event(*_watched(CLAIMS))
-@kopf.on.event(*_watched(LIBVIRT_VMS))
-@kopf.on.event(*_watched(NETBOX_VMS))
-@kopf.on.event(*_watched(NETBOX_DEVICES))
-@kopf.on.event(*_watched(INSTANCES))
+@kopf.on.event(*CLAIMS.watch)
+@kopf.on.event(*LIBVIRT_VMS.watch)
+@kopf.on.event(*NETBOX_VMS.watch)
+@kopf.on.event(*NETBOX_DEVICES.watch)
+@kopf.on.event(*INSTANCES.watch)
 def child_changed(meta: kopf.Meta, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
-    wakeups = context(memo).wakeups
+    registry = wakeups(memo)
     for ref in meta.get("ownerReferences") or []:
         if ref.get("kind") in (HYBRID_MACHINE, HYBRID_CLUSTER):
-            wakeups.poke(Key(ref["kind"], _namespaced(namespace), ref["name"]))
+            registry.poke(Key(ref["kind"], _namespaced(namespace), ref["name"]))

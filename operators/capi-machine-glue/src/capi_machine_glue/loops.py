@@ -1,8 +1,10 @@
 """The reconcile loop of one Hybrid object: run until stopped, reconciling whenever woken.
 
 kopf runs one loop per HybridMachine and HybridCluster as a daemon. A reconcile that must wait (for a
-child, for CAPI) raises a capfleet error; the loop then sleeps for that error's backoff, but any change
-that concerns the object wakes it at once. So waiting costs nothing, and progress follows events.
+child, for CAPI) raises a capfleet error; the loop then sleeps for that error's backoff (the fleet's one
+retry policy, `CapfleetError.delay`), but any change that concerns the object wakes it at once. So
+waiting costs nothing, and progress follows events. Without a failure, or after one that only a change
+can fix, the loop sleeps for the resync setting.
 """
 
 from __future__ import annotations
@@ -13,11 +15,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from capfleet import errors, kube, metrics
-from capi_machine_glue.contexts import SETTINGS, Context
+from capi_machine_glue.contexts import Context
 from capi_machine_glue.wakeups import Key, sleep_until_woken
 
 log = logging.getLogger(__name__)
-MAX_ERROR_DELAY = 60.0
 
 
 class StopFlag(Protocol):
@@ -28,8 +29,20 @@ class StopFlag(Protocol):
     def wait(self, timeout: float | None = None) -> Awaitable[Any]: ...
 
 
-def error_delay(retry: int) -> float:
-    return float(min(2**retry, MAX_ERROR_DELAY))
+def as_capfleet_error(exc: Exception, key: Key) -> tuple[errors.CapfleetError, str]:
+    """The capfleet error whose retry policy applies to a failed reconcile, and the result to record.
+
+    An API error or an unexpected failure is retried as an unavailable backend is: soon, then backing off.
+    """
+    where = f"{key.kind} {key.namespace}/{key.name}"
+    if isinstance(exc, errors.CapfleetError):
+        log.info("%s: %s: %s", where, exc.reason, exc.message)
+        return exc, "permanent" if exc.retry_base is None else "retry"
+    if isinstance(exc, kube.KubeError):
+        log.warning("%s: API error: %s", where, exc)
+    else:
+        log.error("%s: reconcile failed", where, exc_info=exc)
+    return errors.BackendUnavailable(str(exc)), "error"
 
 
 async def run(ctx: Context, key: Key, reconcile: Callable[[], Awaitable[None]], stopped: StopFlag) -> None:
@@ -41,21 +54,12 @@ async def run(ctx: Context, key: Key, reconcile: Callable[[], Awaitable[None]], 
             started = time.monotonic()
             try:
                 await reconcile()
-            except errors.CapfleetError as exc:
-                delay = exc.delay(retry) or SETTINGS.resync_seconds
-                result = "permanent" if exc.retry_base is None else "retry"
+            except Exception as exc:  # every failure is retried: the loop must outlive it
+                error, result = as_capfleet_error(exc, key)
+                delay = error.delay(retry) or ctx.settings.resync_seconds
                 retry += 1
-                log.info("%s %s/%s: %s: %s", key.kind, key.namespace, key.name, exc.reason, exc.message)
-            except kube.KubeError as exc:
-                delay, result = error_delay(retry), "error"
-                retry += 1
-                log.warning("%s %s/%s: API error: %s", key.kind, key.namespace, key.name, exc)
-            except Exception:
-                delay, result = error_delay(retry), "error"
-                retry += 1
-                log.exception("%s %s/%s: reconcile failed", key.kind, key.namespace, key.name)
             else:
-                delay, result, retry = SETTINGS.resync_seconds, "success", 0
+                delay, result, retry = ctx.settings.resync_seconds, "success", 0
             metrics.record_reconcile(key.kind, result, time.monotonic() - started)
             await sleep_until_woken(woken, stopped.wait, delay)
     finally:

@@ -15,13 +15,18 @@ gone, so a server is never released while it still runs the old machine.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from capfleet import errors, kube, ownership, pausing
+import pydantic
+
+from capfleet import errors, kube, ownership, pausing, reconciling
 from capfleet.api import kinds
-from capfleet.api.hybrid_clusters import HybridClusterSpec
-from capfleet.api.hybrid_machines import HybridMachineSpec
+from capfleet.api.base import Model
+from capfleet.api.capi import IPAddress
+from capfleet.api.hybrid_clusters import HybridCluster, HybridClusterSpec
+from capfleet.api.hybrid_machines import HybridMachine, HybridMachineSpec
+from capfleet.api.libvirt import LibvirtVMStatus
 from capfleet.api.netbox import NetboxDeviceStatus
 from capfleet.conditions import Update
 from capfleet.resources import Resource
@@ -37,60 +42,35 @@ from capi_machine_glue.contexts import (
     MACHINES,
     NETBOX_DEVICES,
     NETBOX_VMS,
-    SETTINGS,
     Context,
-    write_status,
 )
 from capi_machine_glue.wakeups import HYBRID_MACHINE, Key
-
-MACHINE_KIND = "Machine"
-CAPI_GROUP = "cluster.x-k8s.io"
 
 Obj = Mapping[str, Any]
 T = TypeVar("T")
 
 
 class ChildrenRemaining(errors.Waiting):
-    """Deletion waits for children that are still being removed by their operators."""
+    """Deletion waits for children that are still being removed by their operators.
+
+    It looks again after the deletion poll setting, then backs off as every capfleet error does
+    (doubling, up to `retry_cap`).
+    """
 
     default_reason = "DeletingChildren"
-    retry_base = SETTINGS.deletion_poll_seconds
     retry_cap = 10.0
 
+    def __init__(self, message: str, *, poll_seconds: float, reason: str | None = None) -> None:
+        super().__init__(message, reason=reason)
+        self.poll_seconds = poll_seconds
 
-@dataclass
-class Status:
-    """One reconcile's findings: condition updates and status fields, written once at the end."""
-
-    updates: list[Update] = field(default_factory=list)
-    fields: dict[str, Any] = field(default_factory=dict)
-
-    def planned(self, step: str, plan: Callable[[], T]) -> T:
-        """`plan()`'s result; a bad spec it finds is recorded as the step's condition, then raised."""
-        try:
-            return plan()
-        except errors.CapfleetError as exc:
-            self.updates.append(Update.false(step, exc.reason, exc.message))
-            raise
-
-    def blocked(self) -> bool:
-        return any(u.status != "True" for u in self.updates if u.type in summaries.WAITING_STEPS)
+    def delay(self, retry: int) -> float | None:
+        return float(min(self.poll_seconds * (2 ** max(retry, 0)), self.retry_cap))
 
 
-def machine_owner(meta: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    for ref in meta.get("ownerReferences") or []:
-        if ref.get("kind") == MACHINE_KIND and str(ref.get("apiVersion", "")).startswith(CAPI_GROUP + "/"):
-            return dict(ref)
-    return None
-
-
-def _child(
-    api_version: str, kind: str, name: str, owner: Obj, spec: Mapping[str, Any], paused: bool
-) -> dict[str, Any]:
-    metadata = ownership.child_metadata(name, owner)
-    if paused:
-        metadata["annotations"] = {pausing.PAUSED_ANNOTATION: "true"}
-    return {"apiVersion": api_version, "kind": kind, "metadata": metadata, "spec": dict(spec)}
+async def capi_cluster(ctx: Context, name: str | None, namespace: str) -> gates.Cluster | None:
+    found = await ctx.kube.get(CLUSTERS, name, namespace) if name else None
+    return gates.Cluster.parse(found) if found is not None else None
 
 
 async def _owned(ctx: Context, resource: Resource, name: str, namespace: str, owner: Obj) -> Obj | None:
@@ -102,13 +82,6 @@ async def _owned(ctx: Context, resource: Resource, name: str, namespace: str, ow
             reason="ChildNameTaken",
         )
     return found
-
-
-async def _ensure(ctx: Context, resource: Resource, owner: Obj, name: str, spec: Mapping[str, Any]) -> Obj:
-    body = _child(resource.api_version, resource.kind, name, owner, spec, paused=False)
-    namespace = owner["metadata"]["namespace"]
-    created, _ = await ctx.kube.create_or_get(resource, body, namespace)
-    return created
 
 
 async def _mirror_pause(ctx: Context, children: Sequence[tuple[Resource, Obj]], paused: bool) -> None:
@@ -165,210 +138,267 @@ async def family(ctx: Context, body: Obj, spec: HybridMachineSpec) -> Family:
     return found
 
 
+@dataclass(frozen=True)
+class MachineReconcile:
+    """One reconcile of a HybridMachine: the object (as its children's owner, and parsed), its children as
+    found, and the recorder every step writes its condition to."""
+
+    ctx: Context
+    body: Obj
+    machine: HybridMachine
+    children: Family
+    recorder: reconciling.Recorder
+
+    @property
+    def spec(self) -> HybridMachineSpec:
+        return self.machine.spec
+
+    @property
+    def namespace(self) -> str:
+        return str(self.body["metadata"]["namespace"])
+
+    @property
+    def name(self) -> str:
+        return str(self.body["metadata"]["name"])
+
+    async def ensure(self, resource: Resource, name: str, spec: Model) -> Obj:
+        """The child `name` with `spec`, owned by the machine: created, or found as an earlier attempt
+        made it."""
+        child = {
+            "apiVersion": resource.api_version,
+            "kind": resource.kind,
+            "metadata": ownership.child_metadata(name, self.body),
+            "spec": spec.to_wire(),
+        }
+        created, _ = await self.ctx.kube.create_or_get(resource, child, self.namespace)
+        return created
+
+    def planned(self, step: str, plan: Callable[[], T]) -> T:
+        """`plan()`'s result; a bad spec it finds is recorded as the step's condition, then raised. A child
+        spec its model refuses (a value no CRD would accept) is a bad spec too, not a crash."""
+        try:
+            return plan()
+        except pydantic.ValidationError as exc:
+            refused = errors.InvalidSpec(
+                f"the {step} child would be invalid: {exc}", reason="InvalidChildSpec"
+            )
+            self.recorder.note(Update.false(step, refused.reason, refused.message))
+            raise refused from exc
+        except errors.CapfleetError as exc:
+            self.recorder.note(Update.false(step, exc.reason, exc.message))
+            raise
+
+    def blocked(self) -> bool:
+        """Whether one of CAPI's waits is not over."""
+        updates = self.recorder.updates
+        return any(u.status != "True" for u in updates if u.type in summaries.WAITING_STEPS)
+
+    def done(self, step: str) -> bool:
+        return any(u.type == step and u.status == "True" for u in self.recorder.updates)
+
+
 async def reconcile(ctx: Context, namespace: str, name: str) -> None:
     body = await ctx.kube.get(HYBRID_MACHINES, name, namespace)
     if body is None or body["metadata"].get("deletionTimestamp") or pausing.moving(body["metadata"]):
         return
-    spec = kinds.HYBRID_MACHINE.parse(body).spec
+    machine = kinds.HYBRID_MACHINE.parse(body)
     meta = body["metadata"]
-    owner = machine_owner(meta)
+    owner = gates.capi_owner(meta, MACHINES)
     cluster_name = ownership.cluster_name(meta)
-    steps = summaries.steps(spec.vm is not None, netbox_record=False)
+    recorder = reconciling.Recorder(
+        ctx, HYBRID_MACHINES, body, summaries.steps(machine.spec.vm is not None, netbox_record=False)
+    )
     if owner is None or cluster_name is None:
-        waiting = Update.false(
-            summaries.CLUSTER_INFRASTRUCTURE,
-            "WaitingForMachine",
-            "no CAPI Machine owns this HybridMachine yet",
+        recorder.note(
+            Update.false(
+                summaries.CLUSTER_INFRASTRUCTURE,
+                "WaitingForMachine",
+                "no CAPI Machine owns this HybridMachine yet",
+            )
         )
-        await write_status(ctx, HYBRID_MACHINES, body, {}, [pausing.condition(False), waiting], steps)
+        await recorder.finish()
         return
     ctx.wakeups.belongs_to(Key(HYBRID_MACHINE, namespace, name), namespace, cluster_name)
-    cluster = await ctx.kube.get(CLUSTERS, cluster_name, namespace)
-    children = await family(ctx, body, spec)
-    paused = pausing.annotated(meta) or pausing.cluster_paused(cluster)
+    cluster = await capi_cluster(ctx, cluster_name, namespace)
+    children = await family(ctx, body, machine.spec)
+    paused = pausing.annotated(meta) or gates.paused(cluster)
     await _mirror_pause(ctx, children.existing(), paused)
     if paused:
-        await write_status(ctx, HYBRID_MACHINES, body, {}, [pausing.condition(True)], None)
+        await reconciling.Recorder(ctx, HYBRID_MACHINES, body, None).paused()
         return
-    status = Status([pausing.condition(False)])
+    run = MachineReconcile(ctx, body, machine, children, recorder)
     try:
-        steps = await converge(ctx, body, spec, cluster_name, cluster, owner, children, status)
-    except errors.CapfleetError as exc:
-        await write_status(ctx, HYBRID_MACHINES, body, status.fields, status.updates, steps)
-        raise exc
-    await write_status(ctx, HYBRID_MACHINES, body, status.fields, status.updates, steps)
+        await converge(run, cluster_name, cluster, owner)
+    except errors.CapfleetError:
+        await recorder.finish()
+        raise
+    await recorder.finish()
 
 
 async def converge(
-    ctx: Context,
-    body: Obj,
-    spec: HybridMachineSpec,
-    cluster_name: str,
-    cluster: Obj | None,
-    owner: Mapping[str, Any],
-    children: Family,
-    status: Status,
-) -> list[str]:
-    """Gather facts, create what is missing, record each step in `status`; return the Ready steps."""
-    meta = body["metadata"]
-    namespace, name = meta["namespace"], meta["name"]
-    steps = summaries.steps(spec.vm is not None, netbox_record=False)
+    run: MachineReconcile, cluster_name: str, cluster: gates.Cluster | None, owner: str
+) -> None:
+    """Pass CAPI's waits, then create what is missing; each step's condition goes to the recorder."""
+    ctx, recorder = run.ctx, run.recorder
     hybrid_cluster_name = gates.infrastructure_ref(cluster) if cluster else None
-    hybrid_cluster = (
-        await ctx.kube.get(HYBRID_CLUSTERS, hybrid_cluster_name, namespace) if hybrid_cluster_name else None
-    )
-    machine = await ctx.kube.get(MACHINES, owner["name"], namespace)
-    status.updates.append(gates.cluster_infrastructure(cluster_name, cluster, hybrid_cluster))
-    if machine is None or cluster is None or hybrid_cluster is None:
-        return steps
-    status.updates.append(gates.control_plane_initialized(machine, cluster))
-    status.updates.append(gates.bootstrap_data(machine))
+    hybrid_cluster = await _hybrid_cluster(ctx, hybrid_cluster_name, run.namespace)
+    found = await ctx.kube.get(MACHINES, owner, run.namespace)
+    capi_machine = gates.Machine.parse(found) if found is not None else None
+    recorder.note(gates.cluster_infrastructure(cluster_name, cluster, hybrid_cluster))
+    if capi_machine is None or cluster is None or hybrid_cluster is None:
+        return
+    recorder.note(gates.control_plane_initialized(capi_machine, cluster), gates.bootstrap_data(capi_machine))
     facts = specs.MachineFacts(
-        namespace=namespace,
-        name=name,
+        namespace=run.namespace,
+        name=run.name,
         cluster=cluster_name,
-        data_secret=gates.data_secret_name(machine) or "",
-        failure_domain=gates.failure_domain(machine) or spec.failure_domain,
-        group=gates.machine_group(machine),
+        data_secret=gates.data_secret_name(capi_machine) or "",
+        failure_domain=gates.failure_domain(capi_machine) or run.spec.failure_domain,
+        group=gates.machine_group(capi_machine),
     )
     if facts.failure_domain:
-        status.fields["failureDomain"] = facts.failure_domain
-    cluster_spec = kinds.HYBRID_CLUSTER.parse(hybrid_cluster).spec
-    if status.blocked():
-        return steps
-    allocations = await addresses(ctx, body, spec, facts, children, status)
-    provider_id: str | None
+        recorder.fields["failureDomain"] = facts.failure_domain
+    if not run.blocked():
+        await provision(run, facts, hybrid_cluster.spec)
+
+
+async def _hybrid_cluster(ctx: Context, name: str | None, namespace: str) -> HybridCluster | None:
+    found = await ctx.kube.get(HYBRID_CLUSTERS, name, namespace) if name else None
+    return kinds.HYBRID_CLUSTER.parse(found) if found is not None else None
+
+
+async def provision(run: MachineReconcile, facts: specs.MachineFacts, cluster: HybridClusterSpec) -> None:
+    """Addresses, then the VM or the server; the provider ID, addresses and `provisioned` they give."""
+    spec, recorder = run.spec, run.recorder
+    allocations = await addresses(run, facts)
     if spec.vm is not None:
-        steps = summaries.steps(True, specs.records_vms(cluster_spec))
-        provider_id = await vm(ctx, body, spec, cluster_spec, facts, allocations, children, status)
+        provider_id = await vm(run, facts, cluster, allocations)
+        # Only now: a VM step that fails reports against the steps the reconcile started with.
+        recorder.steps = summaries.steps(True, specs.records_vms(cluster))
         infrastructure_step = summaries.VM
     else:
-        provider_id = await metal(ctx, body, spec, cluster_spec, facts, allocations, children, status)
+        provider_id = await metal(run, facts, cluster, allocations)
         infrastructure_step = summaries.SERVER
     if provider_id and spec.provider_id is None:
-        await ctx.kube.patch(HYBRID_MACHINES, name, {"spec": {"providerID": provider_id}}, namespace)
+        await run.ctx.kube.patch(
+            HYBRID_MACHINES, run.name, {"spec": {"providerID": provider_id}}, run.namespace
+        )
     if allocations is not None:
         flat = [a for group in allocations.values() for a in group]
-        status.fields["addresses"] = summaries.machine_addresses(
-            specs.hostname(name, cluster_spec.domain), flat
+        recorder.fields["addresses"] = summaries.machine_addresses(
+            specs.hostname(run.name, cluster.domain), flat
         )
-    done = any(u.type == infrastructure_step and u.status == "True" for u in status.updates)
-    already = bool(((body.get("status") or {}).get("initialization") or {}).get("provisioned"))
-    if already or (done and (provider_id or spec.provider_id)):
-        status.fields["initialization"] = {"provisioned": True}
-    return steps
+    status = run.machine.status
+    already = bool(status and status.initialization and status.initialization.provisioned)
+    if already or (run.done(infrastructure_step) and (provider_id or spec.provider_id)):
+        recorder.fields["initialization"] = {"provisioned": True}
 
 
 async def addresses(
-    ctx: Context,
-    body: Obj,
-    spec: HybridMachineSpec,
-    facts: specs.MachineFacts,
-    children: Family,
-    status: Status,
+    run: MachineReconcile, facts: specs.MachineFacts
 ) -> dict[str, list[specs.Allocation]] | None:
     """Claim an address per pool and interface; the allocations by interface once all are bound."""
-    plans = specs.address_claims(spec, facts)
+    plans = specs.address_claims(run.spec, facts)
     found: list[tuple[str, Obj | None]] = []
     for plan in plans:
-        claim = children.claims.get(plan.name)
+        claim = run.children.claims.get(plan.name)
         if claim is None:
-            claim = await _ensure(ctx, CLAIMS, body, plan.name, plan.spec)
-            children.claims[plan.name] = claim
+            claim = await run.ensure(CLAIMS, plan.name, plan.spec)
+            run.children.claims[plan.name] = claim
         found.append((plan.name, claim))
     update = summaries.claims_ready(found)
-    status.updates.append(update)
     if update.status != "True":
+        run.recorder.note(update)
         return None
     allocations: dict[str, list[specs.Allocation]] = {}
     for plan, (_, claim) in zip(plans, found, strict=True):
-        assert claim is not None
-        address_name = claim["status"]["addressRef"]["name"]
-        address = await ctx.kube.get(ADDRESSES, address_name, facts.namespace)
+        address_name = summaries.address_name(claim) if claim is not None else None
+        address = await run.ctx.kube.get(ADDRESSES, address_name, facts.namespace) if address_name else None
         if address is None:
-            status.updates[-1] = Update.unknown(
-                summaries.ADDRESSES, "Pending", f"IPAddress {address_name} of claim {plan.name} not found"
+            run.recorder.note(
+                Update.unknown(
+                    summaries.ADDRESSES, "Pending", f"IPAddress {address_name} of claim {plan.name} not found"
+                )
             )
             return None
-        allocations.setdefault(plan.interface, []).append(summaries.allocation(address))
+        parsed = summaries.allocation(IPAddress.parse(address))
+        allocations.setdefault(plan.interface, []).append(parsed)
+    run.recorder.note(update)
     return allocations
 
 
 async def vm(
-    ctx: Context,
-    body: Obj,
-    spec: HybridMachineSpec,
-    cluster: HybridClusterSpec,
+    run: MachineReconcile,
     facts: specs.MachineFacts,
-    allocations: dict[str, list[specs.Allocation]] | None,
-    children: Family,
-    status: Status,
+    cluster: HybridClusterSpec,
+    allocations: specs.Allocations | None,
 ) -> str | None:
     """The LibvirtVM (and NetBox record) once the addresses are known; the VM's provider ID."""
+    children, recorder = run.children, run.recorder
     if allocations is None:
-        status.updates.append(Update.unknown(summaries.VM, "WaitingForAddresses", "waiting for addresses"))
+        recorder.note(Update.unknown(summaries.VM, "WaitingForAddresses", "waiting for addresses"))
         return None
-    vm_spec = status.planned(summaries.VM, lambda: specs.vm_spec(spec, cluster, facts, allocations))
+    vm_spec = run.planned(summaries.VM, lambda: specs.vm_spec(run.spec, cluster, facts, allocations))
     if children.vm is None:
-        children.vm = await _ensure(ctx, LIBVIRT_VMS, body, facts.name, vm_spec)
-    status.updates.append(summaries.child_ready(summaries.VM, "LibvirtVM", children.vm, "Running"))
-    record = specs.netbox_vm_spec(spec, cluster, facts, allocations)
+        children.vm = await run.ensure(LIBVIRT_VMS, facts.name, vm_spec)
+    recorder.note(summaries.child_ready(summaries.VM, "LibvirtVM", children.vm, "Running"))
+    record = specs.netbox_vm_spec(run.spec, cluster, facts, allocations)
     if record is not None:
         if children.netbox_vm is None:
-            children.netbox_vm = await _ensure(ctx, NETBOX_VMS, body, facts.name, record)
-        status.updates.append(
+            children.netbox_vm = await run.ensure(NETBOX_VMS, facts.name, record)
+        recorder.note(
             summaries.child_ready(
                 summaries.NETBOX_RECORD, "NetboxVirtualMachine", children.netbox_vm, "Recorded"
             )
         )
-    vm_status = children.vm.get("status") or {}
-    hypervisor = vm_status.get("hypervisorName") or (children.vm.get("spec") or {}).get("hypervisorName")
+    libvirt_vm = kinds.LIBVIRT_VM.parse(children.vm)
+    vm_status = libvirt_vm.status or LibvirtVMStatus()
+    hypervisor = vm_status.hypervisor_name or libvirt_vm.spec.hypervisor_name
     if hypervisor:
-        status.fields["hypervisorName"] = hypervisor
-    provider_id = vm_status.get("providerID")
-    return str(provider_id) if provider_id else None
+        recorder.fields["hypervisorName"] = hypervisor
+    return vm_status.provider_id or None
+
+
+async def claimed_device(
+    run: MachineReconcile, facts: specs.MachineFacts, cluster: HybridClusterSpec
+) -> tuple[NetboxDeviceStatus, bool]:
+    """The NetboxDevice (created if missing) as it reports its server, and whether a server is claimed."""
+    children = run.children
+    if children.device is None:
+        device_spec = run.planned(summaries.DEVICE, lambda: specs.device_spec(run.spec, cluster, facts))
+        children.device = await run.ensure(NETBOX_DEVICES, facts.name, device_spec)
+    update = summaries.child_ready(summaries.DEVICE, "NetboxDevice", children.device, "Claimed")
+    run.recorder.note(update)
+    device = kinds.NETBOX_DEVICE.parse(children.device).status or NetboxDeviceStatus()
+    if device.device_id is not None:
+        run.recorder.fields["deviceID"] = device.device_id
+    return device, device.device_id is not None and update.status == "True"
 
 
 async def metal(
-    ctx: Context,
-    body: Obj,
-    spec: HybridMachineSpec,
-    cluster: HybridClusterSpec,
+    run: MachineReconcile,
     facts: specs.MachineFacts,
-    allocations: dict[str, list[specs.Allocation]] | None,
-    children: Family,
-    status: Status,
+    cluster: HybridClusterSpec,
+    allocations: specs.Allocations | None,
 ) -> str | None:
     """The device claim, then the BaremetalInstance once a server is claimed; the server's provider ID."""
-    if children.device is None:
-        device_spec = status.planned(summaries.DEVICE, lambda: specs.device_spec(spec, cluster, facts))
-        children.device = await _ensure(ctx, NETBOX_DEVICES, body, facts.name, device_spec)
-    device_update = summaries.child_ready(summaries.DEVICE, "NetboxDevice", children.device, "Claimed")
-    status.updates.append(device_update)
-    device = NetboxDeviceStatus.model_validate(children.device.get("status") or {})
-    claimed = device.device_id is not None and device_update.status == "True"
-    if device.device_id is not None:
-        status.fields["deviceID"] = device.device_id
+    children, recorder = run.children, run.recorder
+    device, claimed = await claimed_device(run, facts, cluster)
     if children.instance is None:
-        if not claimed:
-            status.updates.append(
-                Update.unknown(summaries.SERVER, "WaitingForDevice", "waiting for a server")
-            )
+        if not claimed or device.device_id is None:
+            recorder.note(Update.unknown(summaries.SERVER, "WaitingForDevice", "waiting for a server"))
             return None
         if allocations is None:
-            status.updates.append(
-                Update.unknown(summaries.SERVER, "WaitingForAddresses", "waiting for addresses")
-            )
-            return names.metal_provider_id(device.device_id) if device.device_id is not None else None
-        instance_spec = status.planned(
-            summaries.SERVER, lambda: specs.instance_spec(spec, cluster, facts, device, allocations)
+            recorder.note(Update.unknown(summaries.SERVER, "WaitingForAddresses", "waiting for addresses"))
+            return names.metal_provider_id(device.device_id)
+        instance_spec = run.planned(
+            summaries.SERVER, lambda: specs.instance_spec(run.spec, cluster, facts, device, allocations)
         )
-        children.instance = await _ensure(ctx, INSTANCES, body, facts.name, instance_spec)
-    status.updates.append(
+        children.instance = await run.ensure(INSTANCES, facts.name, instance_spec)
+    recorder.note(
         summaries.child_ready(summaries.SERVER, "BaremetalInstance", children.instance, "Provisioned")
     )
-    provider_id = (children.instance.get("spec") or {}).get("providerID")
-    return str(provider_id) if provider_id else None
+    return kinds.BAREMETAL_INSTANCE.parse(children.instance).spec.provider_id or None
 
 
 async def _delete_owned(ctx: Context, body: Obj, targets: Sequence[tuple[Resource, str]]) -> list[str]:
@@ -395,11 +425,13 @@ async def delete(ctx: Context, body: Obj) -> None:
         return
     namespace, name = meta["namespace"], meta["name"]
     spec = kinds.HYBRID_MACHINE.parse(body).spec
-    cluster_name = ownership.cluster_name(meta)
-    cluster = await ctx.kube.get(CLUSTERS, cluster_name, namespace) if cluster_name else None
-    if pausing.annotated(meta) or pausing.cluster_paused(cluster):
-        await write_status(ctx, HYBRID_MACHINES, body, {}, [pausing.condition(True)], None)
-        raise ChildrenRemaining("reconciliation is paused; deletion resumes when unpaused", reason="Paused")
+    poll = ctx.settings.deletion_poll_seconds
+    cluster = await capi_cluster(ctx, ownership.cluster_name(meta), namespace)
+    if pausing.annotated(meta) or gates.paused(cluster):
+        await reconciling.Recorder(ctx, HYBRID_MACHINES, body, None).paused()
+        raise ChildrenRemaining(
+            "reconciliation is paused; deletion resumes when unpaused", poll_seconds=poll, reason="Paused"
+        )
     machine_first: list[tuple[Resource, str]] = [(INSTANCES, name), (LIBVIRT_VMS, name), (NETBOX_VMS, name)]
     then: list[tuple[Resource, str]] = [(NETBOX_DEVICES, name)] + [
         (CLAIMS, n) for n in claim_names(spec, name)
@@ -409,6 +441,6 @@ async def delete(ctx: Context, body: Obj) -> None:
         remaining = await _delete_owned(ctx, body, then)
     if remaining:
         message = "waiting for " + ", ".join(remaining) + " to be deleted"
-        deleting = Update.false("Ready", "Deleting", message)
-        await write_status(ctx, HYBRID_MACHINES, body, {}, [deleting], None)
-        raise ChildrenRemaining(message)
+        # Only Ready changes: the step conditions keep saying what the machine was.
+        await ctx.write_status(HYBRID_MACHINES, body, {}, [Update.false("Ready", "Deleting", message)], None)
+        raise ChildrenRemaining(message, poll_seconds=poll)

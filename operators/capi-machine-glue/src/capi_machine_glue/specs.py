@@ -3,20 +3,42 @@
 The glue's reconcile only gathers facts (the Machine, the cluster, allocated addresses, the claimed
 device) and writes objects; every decision about a child's spec is made here, where it is unit-tested:
 which labels pick a hypervisor, which NetBox device may be claimed, what network configuration the
-server boots with, which MAC a NIC gets.
+machine boots with, which MAC a NIC gets. Each child's spec is built as its typed model, so a misspelt
+or misplaced field is a type error here rather than a field the API server refuses.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from capfleet import errors
+from capfleet.api.baremetal import BMC, BaremetalInstanceSpec
+from capfleet.api.base import (
+    DNS_LABEL_PATTERN,
+    IFNAME_MAX,
+    ConnectionSecretReference,
+    GuestInterface,
+    LabelSelector,
+    LocalObjectReference,
+    SecretKeyReference,
+    TypedLocalObjectReference,
+)
+from capfleet.api.capi import IPAddressClaimSpec, TypedReference
 from capfleet.api.hybrid_clusters import FailureDomainSpec, HybridClusterSpec
 from capfleet.api.hybrid_machines import HybridMachineSpec, MachineInterface, VMMachine
-from capfleet.api.netbox import DeviceInterface, NetboxDeviceStatus
+from capfleet.api.libvirt import CloudInit, LibvirtVMSpec, VMDisk, VMInterface
+from capfleet.api.netbox import (
+    DeviceClaim,
+    DeviceInterface,
+    NetboxDeviceSelector,
+    NetboxDeviceSpec,
+    NetboxDeviceStatus,
+    NetboxVirtualMachineSpec,
+    VirtualMachineInterface,
+)
 from capi_machine_glue import names
 
 BOOTSTRAP_DATA_KEY = "value"
@@ -41,6 +63,10 @@ class Allocation:
         return ipaddress.ip_address(self.address).version
 
 
+Allocations = Mapping[str, Sequence[Allocation]]
+"""The addresses allocated to a machine, by interface name."""
+
+
 @dataclass(frozen=True)
 class MachineFacts:
     """What the glue learnt about a HybridMachine from CAPI: where it belongs and what it boots with."""
@@ -58,7 +84,7 @@ class MachineFacts:
 class ClaimPlan:
     name: str
     interface: str
-    spec: dict[str, Any]
+    spec: IPAddressClaimSpec
 
 
 def failure_domain(cluster: HybridClusterSpec, name: str | None) -> FailureDomainSpec | None:
@@ -91,12 +117,12 @@ def merged_labels(*selectors: Mapping[str, str] | None) -> dict[str, str]:
     return merged
 
 
-def device_selector(spec: HybridMachineSpec, domain: FailureDomainSpec | None) -> dict[str, Any]:
+def device_selector(spec: HybridMachineSpec, domain: FailureDomainSpec | None) -> NetboxDeviceSelector:
     """The NetBox device selector: the machine's, narrowed by its failure domain's."""
     assert spec.baremetal is not None
     own = spec.baremetal.device_selector.model_dump(by_alias=True, exclude_none=True, exclude_defaults=True)
     if domain is None or domain.device_selector is None:
-        return own
+        return NetboxDeviceSelector.model_validate(own)
     extra = domain.device_selector.model_dump(by_alias=True, exclude_none=True, exclude_defaults=True)
     merged = dict(own)
     for key, value in extra.items():
@@ -112,25 +138,26 @@ def device_selector(spec: HybridMachineSpec, domain: FailureDomainSpec | None) -
             )
         else:
             merged[key] = value
-    return merged
+    return NetboxDeviceSelector.model_validate(merged)
+
+
+def claim_spec(pool: TypedLocalObjectReference, cluster: str) -> IPAddressClaimSpec:
+    """An IPAddressClaim's spec: an address from `pool` for the CAPI cluster `cluster`."""
+    reference = TypedReference(api_group=pool.api_group, kind=pool.kind, name=pool.name)
+    return IPAddressClaimSpec(pool_ref=reference, cluster_name=cluster)
 
 
 def address_claims(spec: HybridMachineSpec, facts: MachineFacts) -> list[ClaimPlan]:
     """One IPAddressClaim per pool of each interface, in interface order."""
-    plans = []
-    for interface in spec.network.interfaces:
-        for index, pool in enumerate(interface.ip_pool_refs):
-            plans.append(
-                ClaimPlan(
-                    name=names.address_claim(facts.name, interface.name, index),
-                    interface=interface.name,
-                    spec={
-                        "poolRef": pool.model_dump(by_alias=True),
-                        "clusterName": facts.cluster,
-                    },
-                )
-            )
-    return plans
+    return [
+        ClaimPlan(
+            name=names.address_claim(facts.name, interface.name, index),
+            interface=interface.name,
+            spec=claim_spec(pool, facts.cluster),
+        )
+        for interface in spec.network.interfaces
+        for index, pool in enumerate(interface.ip_pool_refs)
+    ]
 
 
 def _default_interface(interfaces: Sequence[MachineInterface]) -> str | None:
@@ -148,12 +175,60 @@ def _gateway(
     return next((a.gateway for a in allocations if a.gateway), None)
 
 
+def guest_name(interface: str) -> str | None:
+    """The guest's name for a NIC: the HybridMachine interface's, when Linux and cloud-init can use it
+    (a short DNS label); otherwise None, and the guest names it by position (eth<index>)."""
+    fits = len(interface) <= IFNAME_MAX and re.fullmatch(DNS_LABEL_PATTERN, interface) is not None
+    return interface if fits else None
+
+
+def guest_interface(
+    interface: MachineInterface,
+    mac: str,
+    default: str | None,
+    nameservers: Sequence[str],
+    allocations: Sequence[Allocation],
+) -> GuestInterface:
+    """One NIC as the guest configures it, by the same rules for VMs and servers: named after its
+    interface, with its allocated addresses (DHCP without any), the gateway and nameservers on the
+    default interface only."""
+    return GuestInterface(
+        name=guest_name(interface.name),
+        mac_address=mac.lower(),
+        addresses=[a.cidr for a in allocations],
+        gateway=_gateway(interface, default, allocations),
+        nameservers=list(nameservers) if interface.name == default else [],
+    )
+
+
+def guest_interfaces(
+    spec: HybridMachineSpec, cluster: HybridClusterSpec, macs: Mapping[str, str], allocations: Allocations
+) -> list[GuestInterface]:
+    """The machine's NICs in interface order; `macs` gives each interface's MAC by interface name."""
+    default = _default_interface(spec.network.interfaces)
+    return [
+        guest_interface(nic, macs[nic.name], default, cluster.nameservers, allocations.get(nic.name, ()))
+        for nic in spec.network.interfaces
+    ]
+
+
+def vm_interface(interface: MachineInterface, guest: GuestInterface) -> VMInterface:
+    """A VM's NIC: the guest's view of it, attached to a bridge, a libvirt network or user-mode networking."""
+    return VMInterface(
+        name=guest.name,
+        mac_address=guest.mac_address,
+        addresses=guest.addresses,
+        gateway=guest.gateway,
+        nameservers=guest.nameservers,
+        bridge=interface.bridge,
+        network=None if interface.bridge else interface.network,
+        user_mode=not (interface.bridge or interface.network),
+    )
+
+
 def vm_spec(
-    spec: HybridMachineSpec,
-    cluster: HybridClusterSpec,
-    facts: MachineFacts,
-    allocations: Mapping[str, Sequence[Allocation]],
-) -> dict[str, Any]:
+    spec: HybridMachineSpec, cluster: HybridClusterSpec, facts: MachineFacts, allocations: Allocations
+) -> LibvirtVMSpec:
     """The LibvirtVM of a VM machine."""
     vm: VMMachine | None = spec.vm
     assert vm is not None
@@ -163,51 +238,42 @@ def vm_spec(
         domain.hypervisor_selector.match_labels if domain and domain.hypervisor_selector else None,
         vm.hypervisor_selector.match_labels if vm.hypervisor_selector else None,
     )
-    default = _default_interface(spec.network.interfaces)
-    interfaces = []
-    for interface in spec.network.interfaces:
-        own = allocations.get(interface.name, ())
-        nic: dict[str, Any] = {"macAddress": names.mac_address(facts.namespace, facts.name, interface.name)}
-        if interface.bridge:
-            nic["bridge"] = interface.bridge
-        elif interface.network:
-            nic["network"] = interface.network
-        else:
-            nic["userMode"] = True
-        if own:
-            nic["addresses"] = [a.cidr for a in own]
-            gateway = _gateway(interface, default, own)
-            if gateway:
-                nic["gateway"] = gateway
-        if interface.name == default and cluster.nameservers:
-            nic["nameservers"] = list(cluster.nameservers)
-        interfaces.append(nic)
-    result: dict[str, Any] = {
-        "hypervisorSelector": {"matchLabels": labels},
-        "vcpus": vm.vcpus,
-        "memoryMiB": vm.memory_mib,
-        "disks": [
-            {
-                "name": disk.name or ("root" if index == 0 else f"disk{index}"),
-                "sizeGiB": disk.size_gib,
-                **({"sourceImage": disk.image} if disk.image else {}),
-            }
+    return LibvirtVMSpec(
+        hypervisor_selector=LabelSelector(match_labels=labels),
+        failure_domain=facts.failure_domain or None,
+        anti_affinity_key=vm.anti_affinity_key or facts.group or None,
+        vcpus=vm.vcpus,
+        memory_mib=vm.memory_mib,
+        disks=[
+            VMDisk(
+                name=disk.name or ("root" if index == 0 else f"disk{index}"),
+                size_gib=disk.size_gib,
+                source_image=disk.image,
+            )
             for index, disk in enumerate(vm.disks)
         ],
-        "interfaces": interfaces,
-        "cloudInit": {
-            "userDataSecretRef": {"name": facts.data_secret, "key": BOOTSTRAP_DATA_KEY},
-            "hostname": hostname(facts.name, cluster.domain),
-            "metaData": cluster_meta_data(cluster),
-        },
-        "powerState": "On",
+        interfaces=[
+            vm_interface(nic, guest)
+            for nic, guest in zip(
+                spec.network.interfaces,
+                guest_interfaces(spec, cluster, vm_macs(spec, facts), allocations),
+                strict=True,
+            )
+        ],
+        cloud_init=CloudInit(
+            user_data_secret_ref=SecretKeyReference(name=facts.data_secret, key=BOOTSTRAP_DATA_KEY),
+            hostname=hostname(facts.name, cluster.domain),
+            meta_data=cluster_meta_data(cluster),
+        ),
+        power_state="On",
+    )
+
+
+def vm_macs(spec: HybridMachineSpec, facts: MachineFacts) -> dict[str, str]:
+    """Each interface's MAC on a VM: derived from the machine's names, so it survives moves and restarts."""
+    return {
+        nic.name: names.mac_address(facts.namespace, facts.name, nic.name) for nic in spec.network.interfaces
     }
-    if facts.failure_domain:
-        result["failureDomain"] = facts.failure_domain
-    anti_affinity = vm.anti_affinity_key or facts.group
-    if anti_affinity:
-        result["antiAffinityKey"] = anti_affinity
-    return result
 
 
 def cluster_meta_data(cluster: HybridClusterSpec) -> dict[str, str]:
@@ -230,55 +296,51 @@ def records_vms(cluster: HybridClusterSpec) -> bool:
 
 
 def netbox_vm_spec(
-    spec: HybridMachineSpec,
-    cluster: HybridClusterSpec,
-    facts: MachineFacts,
-    allocations: Mapping[str, Sequence[Allocation]],
-) -> dict[str, Any] | None:
+    spec: HybridMachineSpec, cluster: HybridClusterSpec, facts: MachineFacts, allocations: Allocations
+) -> NetboxVirtualMachineSpec | None:
     """The NetboxVirtualMachine of a VM machine; None when the cluster records no VMs in NetBox."""
     netbox = cluster.netbox
     if netbox is None or not records_vms(cluster):
         return None
     vm = spec.vm
     assert vm is not None
-    result: dict[str, Any] = {
-        "connectionSecretRef": {"name": netbox.connection_secret_ref.name},
-        "name": facts.name,
-        "vcpus": vm.vcpus,
-        "memoryMiB": vm.memory_mib,
-        "diskGiB": sum(d.size_gib for d in vm.disks),
-        "description": f"capfleet machine {facts.namespace}/{facts.name} of cluster {facts.cluster}",
-        "interfaces": [
-            {
-                "name": interface.name,
-                "macAddress": names.mac_address(facts.namespace, facts.name, interface.name),
-                "addresses": [a.cidr for a in allocations.get(interface.name, ())],
-            }
-            for interface in spec.network.interfaces
+    macs = vm_macs(spec, facts)
+    return NetboxVirtualMachineSpec(
+        connection_secret_ref=ConnectionSecretReference(name=netbox.connection_secret_ref.name),
+        name=facts.name,
+        cluster=netbox.cluster or None,
+        site=netbox.site or None,
+        tenant=netbox.tenant or None,
+        vcpus=vm.vcpus,
+        memory_mib=vm.memory_mib,
+        disk_gib=sum(d.size_gib for d in vm.disks),
+        description=f"capfleet machine {facts.namespace}/{facts.name} of cluster {facts.cluster}",
+        interfaces=[
+            VirtualMachineInterface(
+                name=nic.name,
+                mac_address=macs[nic.name],
+                addresses=[a.cidr for a in allocations.get(nic.name, ())],
+            )
+            for nic in spec.network.interfaces
         ],
-    }
-    for key in ("cluster", "site", "tenant"):
-        value = getattr(netbox, key)
-        if value:
-            result[key] = value
-    return result
+    )
 
 
-def device_spec(spec: HybridMachineSpec, cluster: HybridClusterSpec, facts: MachineFacts) -> dict[str, Any]:
+def device_spec(spec: HybridMachineSpec, cluster: HybridClusterSpec, facts: MachineFacts) -> NetboxDeviceSpec:
     """The NetboxDevice that claims a bare-metal machine's server."""
     if cluster.netbox is None:
         raise errors.InvalidSpec(
             "bare-metal machines are claimed from NetBox: set spec.netbox on the HybridCluster",
             reason="NetboxRequired",
         )
-    claim: dict[str, Any] = {"description": f"capfleet machine {facts.namespace}/{facts.name}"}
-    if cluster.netbox.tenant:
-        claim["tenant"] = cluster.netbox.tenant
-    return {
-        "connectionSecretRef": {"name": cluster.netbox.connection_secret_ref.name},
-        "selector": device_selector(spec, failure_domain(cluster, facts.failure_domain)),
-        "claim": claim,
-    }
+    return NetboxDeviceSpec(
+        connection_secret_ref=ConnectionSecretReference(name=cluster.netbox.connection_secret_ref.name),
+        selector=device_selector(spec, failure_domain(cluster, facts.failure_domain)),
+        claim=DeviceClaim(
+            tenant=cluster.netbox.tenant or None,
+            description=f"capfleet machine {facts.namespace}/{facts.name}",
+        ),
+    )
 
 
 def boot_interface(spec: HybridMachineSpec, device: NetboxDeviceStatus) -> DeviceInterface:
@@ -313,37 +375,19 @@ def bmc_url(template: str | None, device: NetboxDeviceStatus) -> str:
     )
 
 
-def network_data(
-    spec: HybridMachineSpec,
-    cluster: HybridClusterSpec,
-    device: NetboxDeviceStatus,
-    allocations: Mapping[str, Sequence[Allocation]],
-) -> dict[str, Any]:
-    """cloud-init network-config v2 for a server: NICs matched by MAC and named as in NetBox."""
-    macs = {i.name: i.mac_address for i in device.interfaces if i.mac_address}
-    default = _default_interface(spec.network.interfaces)
-    ethernets: dict[str, Any] = {}
+def server_macs(spec: HybridMachineSpec, device: NetboxDeviceStatus) -> dict[str, str]:
+    """Each interface's MAC on a server, as NetBox records the claimed device's interface of that name."""
+    recorded = {i.name: i.mac_address for i in device.interfaces if i.mac_address}
+    macs = {}
     for interface in spec.network.interfaces:
-        mac = macs.get(interface.name)
+        mac = recorded.get(interface.name)
         if mac is None:
             raise errors.InvalidSpec(
                 f"NetBox device {device.name} has no interface {interface.name} with a MAC address",
                 reason="UnknownInterface",
             )
-        own = allocations.get(interface.name, ())
-        entry: dict[str, Any] = {"match": {"macaddress": mac.lower()}, "set-name": interface.name}
-        if own:
-            entry["addresses"] = [a.cidr for a in own]
-            gateway = _gateway(interface, default, own)
-            if gateway:
-                default_route = "0.0.0.0/0" if ipaddress.ip_address(gateway).version == 4 else "::/0"
-                entry["routes"] = [{"to": default_route, "via": gateway}]
-        else:
-            entry["dhcp4"] = True
-        if interface.name == default and cluster.nameservers:
-            entry["nameservers"] = {"addresses": list(cluster.nameservers)}
-        ethernets[interface.name] = entry
-    return {"version": 2, "ethernets": ethernets}
+        macs[interface.name] = mac
+    return macs
 
 
 def instance_spec(
@@ -351,8 +395,8 @@ def instance_spec(
     cluster: HybridClusterSpec,
     facts: MachineFacts,
     device: NetboxDeviceStatus,
-    allocations: Mapping[str, Sequence[Allocation]],
-) -> dict[str, Any]:
+    allocations: Allocations,
+) -> BaremetalInstanceSpec:
     """The BaremetalInstance that provisions a claimed server."""
     baremetal = spec.baremetal
     assert baremetal is not None
@@ -363,20 +407,19 @@ def instance_spec(
             "bare-metal machines need spec.baremetal.bmcCredentialsSecretRef on the HybridCluster",
             reason="NoBMCCredentials",
         )
-    result: dict[str, Any] = {
-        "bmc": {
-            "address": bmc_url(settings.bmc_address_template, device),
-            "credentialsSecretRef": {"name": settings.bmc_credentials_secret_ref.name},
-        },
-        "bootMACAddress": boot_interface(spec, device).mac_address,
-        "os": baremetal.os_profile.model_dump(by_alias=True, exclude_none=True),
-        "userDataSecretRef": {"name": facts.data_secret, "key": BOOTSTRAP_DATA_KEY},
-        "networkData": network_data(spec, cluster, device, allocations),
-        "providerID": names.metal_provider_id(device.device_id),
-        "hostname": hostname(facts.name, cluster.domain),
-        "online": True,
-        "cleaning": baremetal.cleaning,
-    }
-    if settings.boot_server_url:
-        result["bootServerURL"] = str(settings.boot_server_url)
-    return result
+    return BaremetalInstanceSpec(
+        bmc=BMC(
+            address=bmc_url(settings.bmc_address_template, device),
+            credentials_secret_ref=LocalObjectReference(name=settings.bmc_credentials_secret_ref.name),
+        ),
+        boot_mac_address=boot_interface(spec, device).mac_address,
+        os=baremetal.os_profile,
+        user_data_secret_ref=SecretKeyReference(name=facts.data_secret, key=BOOTSTRAP_DATA_KEY),
+        interfaces=guest_interfaces(spec, cluster, server_macs(spec, device), allocations),
+        meta_data=cluster_meta_data(cluster),
+        provider_id=names.metal_provider_id(device.device_id),
+        hostname=hostname(facts.name, cluster.domain),
+        online=True,
+        cleaning=baremetal.cleaning,
+        boot_server_url=settings.boot_server_url,
+    )

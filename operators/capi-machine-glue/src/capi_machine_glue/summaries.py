@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from capfleet import conditions
+from capfleet.api.capi import IPAddress, IPAddressClaim
 from capfleet.conditions import READY, Update
 from capi_machine_glue.specs import Allocation
 
@@ -53,24 +54,30 @@ def child_ready(step: str, kind: str, child: Mapping[str, Any] | None, done_reas
     return Update(step, ready.status, ready.reason, message)
 
 
+def address_name(claim: Mapping[str, Any]) -> str | None:
+    """The IPAddress an IPAddressClaim is bound to, once it is."""
+    ref = IPAddressClaim.parse(claim).status.address_ref
+    return ref.name if ref is not None and ref.name else None
+
+
 def claims_ready(claims: Sequence[tuple[str, Mapping[str, Any] | None]]) -> Update:
     """AddressesAllocated from every IPAddressClaim (name, object or None); True with no claims (DHCP)."""
     if not claims:
         return Update.true(ADDRESSES, "NoPools", "addresses come from DHCP")
     for name, claim in claims:
-        update = child_ready(ADDRESSES, "IPAddressClaim", claim, "Allocated")
         if claim is None:
-            update = Update.unknown(ADDRESSES, "Creating", f"IPAddressClaim {name} not created yet")
+            return Update.unknown(ADDRESSES, "Creating", f"IPAddressClaim {name} not created yet")
+        update = child_ready(ADDRESSES, "IPAddressClaim", claim, "Allocated")
         if update.status != "True":
             return update
-        if not ((claim or {}).get("status") or {}).get("addressRef", {}).get("name"):
+        if address_name(claim) is None:
             return Update.unknown(ADDRESSES, "Pending", f"IPAddressClaim {name} has no address yet")
     return Update.true(ADDRESSES, "Allocated", f"{len(claims)} address(es) allocated")
 
 
-def allocation(ip_address: Mapping[str, Any]) -> Allocation:
-    spec = ip_address["spec"]
-    return Allocation(address=spec["address"], prefix=int(spec["prefix"]), gateway=spec.get("gateway"))
+def allocation(ip_address: IPAddress) -> Allocation:
+    spec = ip_address.spec
+    return Allocation(address=spec.address, prefix=spec.prefix, gateway=spec.gateway)
 
 
 def machine_addresses(hostname: str, allocations: Iterable[Allocation]) -> list[dict[str, str]]:

@@ -11,23 +11,29 @@ from typing import Any
 
 import kopf
 
-from capfleet import errors, runtime, statuses
+from capfleet import errors, reconciling, resources, runtime, statuses
 from capfleet.api import kinds
-from ipam_address import claims, netbox_pools, pool_status, pools, serving, spaces
+from ipam_address import contexts, netbox_pools, pool_status, pools, serving
 from ipam_address.allocator import Allocator, Owner
+from ipam_address.claims import Claim
+from ipam_address.contexts import Context
 from ipam_address.pools import PoolInfo, PoolKey
 
 IDENTITY = runtime.Identity("ipam-address")
-CLAIMS = ("ipam.cluster.x-k8s.io", "v1beta2", "ipaddressclaims")
-ADDRESSES = ("ipam.cluster.x-k8s.io", "v1beta2", "ipaddresses")
-IPPOOLS = (kinds.IPAM_GROUP, kinds.VERSION, "ippools")
-NETBOX_POOLS = (kinds.IPAM_GROUP, kinds.VERSION, "netboxippools")
+CLAIMS = resources.IP_ADDRESS_CLAIMS.watch
+ADDRESSES = resources.IP_ADDRESSES.watch
+IPPOOLS = kinds.IPPOOL.resource.watch
+NETBOX_POOLS = kinds.NETBOX_IPPOOL.resource.watch
 
 AddressIndex = kopf.Index[Any, Any]
 
 
-def ours(spec: kopf.Spec, namespace: str | None, **_: Any) -> bool:
-    return pools.key_of_ref(namespace or "", spec.get("poolRef")) is not None
+def our_claim(body: kopf.Body, **_: Any) -> bool:
+    return Claim.of(body) is not None
+
+
+def our_address(body: kopf.Body, **_: Any) -> bool:
+    return pools.holding_of(body) is not None
 
 
 # Indexes: pools by key, and IPAddresses of our pools by (pool, address), by pool and by claim.
@@ -41,33 +47,23 @@ def capfleet_pools(body: kopf.Body, **_: Any) -> dict[PoolKey, PoolInfo]:
 
 
 @kopf.index(*ADDRESSES)
-def address_holders(
-    spec: kopf.Spec, name: str, namespace: str | None, **_: Any
-) -> dict[tuple[PoolKey, str], str]:
-    key = pools.key_of_ref(namespace or "", spec.get("poolRef"))
-    if key is None or not spec.get("address"):
-        return {}
-    return {(key, spaces.canonical(spec["address"])): (spec.get("claimRef") or {}).get("name") or name}
+def address_holders(body: kopf.Body, **_: Any) -> dict[tuple[PoolKey, str], str]:
+    holding = pools.holding_of(body)
+    return {} if holding is None else {(holding.pool, holding.address): holding.claim}
 
 
 @kopf.index(*ADDRESSES)
-def pool_addresses(spec: kopf.Spec, namespace: str | None, **_: Any) -> dict[PoolKey, str]:
-    key = pools.key_of_ref(namespace or "", spec.get("poolRef"))
-    return {key: spaces.canonical(spec["address"])} if key is not None and spec.get("address") else {}
+def pool_addresses(body: kopf.Body, **_: Any) -> dict[PoolKey, str]:
+    holding = pools.holding_of(body)
+    return {} if holding is None else {holding.pool: holding.address}
 
 
 @kopf.index(*ADDRESSES)
-def claim_addresses(
-    spec: kopf.Spec, meta: kopf.Meta, name: str, namespace: str | None, **_: Any
-) -> dict[tuple[str, str], tuple[str, bool]]:
-    if (
-        namespace is None
-        or pools.key_of_ref(namespace, spec.get("poolRef")) is None
-        or not spec.get("address")
-    ):
+def claim_addresses(body: kopf.Body, **_: Any) -> dict[tuple[str, str], tuple[str, bool]]:
+    holding = pools.holding_of(body)
+    if holding is None:
         return {}
-    claim = (spec.get("claimRef") or {}).get("name") or name
-    return {(namespace, claim): (spaces.canonical(spec["address"]), bool(meta.get("deletionTimestamp")))}
+    return {(holding.pool.namespace, holding.claim): (holding.address, holding.deleting)}
 
 
 def index(kwargs: dict[str, Any], name: str) -> AddressIndex:
@@ -76,7 +72,7 @@ def index(kwargs: dict[str, Any], name: str) -> AddressIndex:
     return found
 
 
-def lookups(kwargs: dict[str, Any]) -> claims.Lookups:
+def lookups(kwargs: dict[str, Any]) -> contexts.Lookups:
     capfleet_pools = index(kwargs, "capfleet_pools")
     address_holders = index(kwargs, "address_holders")
     claim_addresses = index(kwargs, "claim_addresses")
@@ -96,78 +92,55 @@ def lookups(kwargs: dict[str, Any]) -> claims.Lookups:
         found: tuple[str, bool] | None = next(iter(claim_addresses.get((namespace, name), ())), None)
         return found
 
-    return claims.Lookups(pool=pool, owner=owner, address_of_claim=address_of_claim)
+    return contexts.Lookups(pool=pool, owner=owner, address_of_claim=address_of_claim)
 
 
 @kopf.on.startup()
 def create_allocator(memo: kopf.Memo, **_: Any) -> None:
-    # At startup, in the operator-wide memo: kopf gives each object a shallow copy of it, so an
-    # allocator created inside a handler would be private to one claim.
-    memo["allocator"] = Allocator()
-    memo["netbox_clients"] = netbox_pools.Clients()
+    contexts.start(memo)
 
 
-def context(memo: kopf.Memo, kwargs: dict[str, Any]) -> serving.Context:
-    clients = memo.get("netbox_clients")
-    if not isinstance(clients, netbox_pools.Clients):
-        raise RuntimeError("ipam-address did not start: no NetBox clients in memo")
-    return serving.Context(
-        runtime.kube(memo), runtime.recorder(memo), allocator(memo), clients, lookups(kwargs)
-    )
+def context(memo: kopf.Memo, kwargs: dict[str, Any]) -> Context:
+    return Context.from_memo(memo, lookups=lookups(kwargs))
 
 
-def allocator(memo: kopf.Memo) -> Allocator:
-    found = memo.get("allocator")
-    if not isinstance(found, Allocator):
-        raise RuntimeError("ipam-address did not start: no allocator in memo")
-    return found
+def claim_of(body: kopf.Body) -> Claim:
+    claim = Claim.of(body)
+    if claim is None:  # the handlers' `when=our_claim` filter lets only claims of our pools through
+        raise kopf.PermanentError("not a claim of a capfleet pool")
+    return claim
 
 
 # Claims.
 
 
-@kopf.on.resume(*CLAIMS, when=ours)
-@kopf.on.create(*CLAIMS, when=ours)
-@kopf.on.update(*CLAIMS, when=ours)
+@kopf.on.resume(*CLAIMS, when=our_claim)
+@kopf.on.create(*CLAIMS, when=our_claim)
+@kopf.on.update(*CLAIMS, when=our_claim)
 @runtime.reconciler("IPAddressClaim")
-async def serve_claim(
-    body: kopf.Body,
-    memo: kopf.Memo,
-    **kwargs: Any,
-) -> None:
-    await serving.serve_claim(context(memo, kwargs), body)
+async def serve_claim(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
+    await serving.serve_claim(context(memo, kwargs), claim_of(body))
 
 
-@kopf.on.event(*CLAIMS, when=ours)
+@kopf.on.event(*CLAIMS, when=our_claim)
 async def repair_claim_status(
     type: str, body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **kwargs: Any
 ) -> None:
     if type in {"ADDED", "MODIFIED"}:
-        serving.repair_status(context(memo, kwargs), body, patch.status)
+        serving.repair_status(context(memo, kwargs), claim_of(body), patch.status)
 
 
-@kopf.on.delete(*CLAIMS, when=ours)
+@kopf.on.delete(*CLAIMS, when=our_claim)
 @runtime.reconciler("IPAddressClaim")
 async def release_claim(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
-    ctx = context(memo, kwargs)
-    if not claims.for_move(body["metadata"]) and await claims.is_paused(ctx.kube, body):
-        raise errors.Waiting("the claim's Cluster is paused; the address is released once it is unpaused")
-    await claims.release(ctx.kube, ctx.netbox_clients, ctx.lookups, body)
-    key = claims.pool_key(body)
-    if key is not None:
-        ctx.allocator.released(key)
+    await serving.release_claim(context(memo, kwargs), claim_of(body))
 
 
 # IPAddresses of our pools.
 
 
-@kopf.on.event(*ADDRESSES, when=ours)
-async def observe_address(
-    type: str,
-    body: kopf.Body,
-    memo: kopf.Memo,
-    **kwargs: Any,
-) -> None:
+@kopf.on.event(*ADDRESSES, when=our_address)
+async def observe_address(type: str, body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
     await serving.observe_address(context(memo, kwargs), type, body)
 
 
@@ -178,7 +151,8 @@ async def observe_address(
 @kopf.on.create(*IPPOOLS)
 @kopf.on.update(*IPPOOLS)
 async def pool_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    allocator(memo).released(pools.info_of(body).key)  # the pool may have grown: wake waiting claims
+    allocator = reconciling.from_memo(memo, contexts.ALLOCATOR_KEY, Allocator)
+    allocator.released(pools.info_of(body).key)  # the pool may have grown: wake waiting claims
 
 
 @kopf.daemon(*IPPOOLS, cancellation_timeout=1.0)
@@ -187,9 +161,10 @@ async def keep_pool_status(
 ) -> None:
     key = pools.info_of(body).key
     pool_addresses = index(kwargs, "pool_addresses")
+    kube, _ = Context.parts(memo)
     await pool_status.keep(
-        runtime.kube(memo),
-        allocator(memo),
+        kube,
+        reconciling.from_memo(memo, contexts.ALLOCATOR_KEY, Allocator),
         body,
         lambda: list(pool_addresses.get(key, ())),
         lambda: bool(stopped),

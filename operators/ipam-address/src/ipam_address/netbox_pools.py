@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
 from capfleet import conditions, errors, netbox, resources, statuses
+from capfleet.api import capi
 from capfleet.conditions import Update
 from capfleet.kube import Kube
 from ipam_address.backends.netbox import OWNER_FIELD, Addressing, NetboxAddress, PynetboxAddressing, targets
@@ -28,7 +29,7 @@ class Clients:
         self._clients: dict[tuple[str, str, str], Addressing] = {}
 
     async def for_pool(self, kube: Kube, pool: PoolInfo) -> Addressing:
-        secret_name = str((pool.spec.get("connectionSecretRef") or {}).get("name", ""))
+        secret_name = pool.netbox().connection_secret_ref.name
         secret = await kube.get(resources.SECRETS, secret_name, pool.key.namespace)
         if secret is None:
             message = f"Secret {pool.key.namespace}/{secret_name} does not exist"
@@ -40,50 +41,50 @@ class Clients:
         return self._clients[key]
 
 
-def owner_of(claim: Mapping[str, Any], pool: PoolInfo) -> str:
+def owner_of(claim: capi.IPAddressClaim, pool: PoolInfo) -> str:
     """The owner custom field's value: the claim's namespace/name and the pool; stable across moves."""
-    meta = claim["metadata"]
-    return f"{meta['namespace']}/{meta['name']}@{pool.key.name}"
+    return f"{claim.metadata.namespace}/{claim.metadata.name}@{pool.key.name}"
 
 
-def ip_fields(claim: Mapping[str, Any], pool: PoolInfo, cluster: str | None) -> dict[str, Any]:
-    meta, spec = claim["metadata"], pool.spec
+def ip_fields(claim: capi.IPAddressClaim, pool: PoolInfo, cluster: str | None) -> dict[str, Any]:
+    """The NetBox fields of the claim's IP: status, description, tags, owner, tenant and DNS name."""
+    name, namespace, spec = claim.metadata.name, claim.metadata.namespace or "", pool.netbox()
     fields: dict[str, Any] = {
-        "status": spec.get("status") or "active",
-        "description": f"capfleet: IPAddressClaim {meta['namespace']}/{meta['name']}",
-        "tags": [{"slug": slug} for slug in dict.fromkeys([MANAGED_TAG, *(spec.get("tags") or [])])],
+        "status": spec.status,
+        "description": f"capfleet: IPAddressClaim {namespace}/{name}",
+        "tags": [{"slug": slug} for slug in dict.fromkeys([MANAGED_TAG, *spec.tags])],
         "custom_fields": {OWNER_FIELD: owner_of(claim, pool)},
     }
-    if spec.get("tenant"):
-        fields["tenant"] = {"slug": spec["tenant"]}
-    template = spec.get("dnsNameTemplate")
-    if template:
+    if spec.tenant:
+        fields["tenant"] = {"slug": spec.tenant}
+    if spec.dns_name_template:
         fields["dns_name"] = (
-            template.replace("{name}", meta["name"])
-            .replace("{namespace}", meta["namespace"])
+            spec.dns_name_template.replace("{name}", name)
+            .replace("{namespace}", namespace)
             .replace("{cluster}", cluster or "")
         )
     return fields
 
 
 async def allocate(
-    addressing: Addressing, claim: Mapping[str, Any], pool: PoolInfo, cluster: str | None
+    addressing: Addressing, claim: capi.IPAddressClaim, pool: PoolInfo, cluster: str | None
 ) -> NetboxAddress | None:
     """The claim's NetBox address: the one it already owns, else a new one from the first target with room."""
     owned = await addressing.find_owned(owner_of(claim, pool))
     if owned is not None:
         return owned
     fields = ip_fields(claim, pool, cluster)
-    for target in targets(pool.spec):
+    for target in targets(pool.netbox()):
         allocated = await addressing.allocate(target, fields)
         if allocated is not None:
             return allocated
     return None
 
 
-async def release(addressing: Addressing, claim: Mapping[str, Any], pool: PoolInfo) -> None:
+async def release(addressing: Addressing, claim: capi.IPAddressClaim, pool: PoolInfo) -> None:
+    """Delete the claim's NetBox IP, unless the pool's release policy keeps it."""
     owned = await addressing.find_owned(owner_of(claim, pool))
-    if owned is not None and pool.spec.get("releasePolicy", "Delete") == "Delete":
+    if owned is not None and pool.netbox().release_policy == "Delete":
         await addressing.release(owned.id)
 
 
@@ -105,7 +106,7 @@ async def check_into(
     failure: errors.CapfleetError | None = None
     try:
         addressing = await clients.for_pool(kube, pool)
-        await addressing.check(targets(pool.spec))
+        await addressing.check(targets(pool.netbox()))
     except errors.CapfleetError as exc:
         failure = exc
     statuses.merge_into(patch_status, body.get("status") or {}, pool_status(body, failure))

@@ -1,7 +1,8 @@
-"""Pools as the rest of ipam-address sees them: a key, the facts kept in kopf's index, the address space.
+"""Pools and addresses as the rest of ipam-address sees them: keys, the facts kept in kopf's indexes, spaces.
 
 Claims find their pool through kopf's in-memory index (no API read per claim); parsing a pool's spec
-into an `AddressSpace` happens once per pool generation, not once per claim.
+into an `AddressSpace` happens once per pool generation, not once per claim. Pools are read through their
+models (`kinds.IPPOOL`, `kinds.NETBOX_IPPOOL`), IPAddresses through CAPI's (`capfleet.api.capi`).
 """
 
 from __future__ import annotations
@@ -11,14 +12,16 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from capfleet import errors
-from capfleet.api import kinds
+from capfleet import conditions, errors
+from capfleet.api import capi, ipam, kinds
 from ipam_address import spaces
 
 GROUP = kinds.IPAM_GROUP
-IN_CLUSTER = "IPPool"
-NETBOX = "NetboxIPPool"
+IN_CLUSTER = kinds.IPPOOL.kind
+NETBOX = kinds.NETBOX_IPPOOL.kind
 KINDS = frozenset({IN_CLUSTER, NETBOX})
+
+PoolSpec = ipam.IPPoolSpec | ipam.NetboxIPPoolSpec
 
 
 class PoolKey(NamedTuple):
@@ -38,7 +41,7 @@ class PoolInfo:
     uid: str
     api_version: str
     generation: int
-    spec: Mapping[str, Any]
+    spec: PoolSpec
     deleting: bool
     ready: bool = True
     message: str = ""
@@ -54,50 +57,85 @@ class PoolInfo:
             "blockOwnerDeletion": True,
         }
 
+    def in_cluster(self) -> ipam.IPPoolSpec:
+        if not isinstance(self.spec, ipam.IPPoolSpec):
+            raise TypeError(f"{self.key.describe()} is not an in-cluster pool")
+        return self.spec
 
-def key_of_ref(namespace: str, ref: Mapping[str, Any] | None) -> PoolKey | None:
+    def netbox(self) -> ipam.NetboxIPPoolSpec:
+        if not isinstance(self.spec, ipam.NetboxIPPoolSpec):
+            raise TypeError(f"{self.key.describe()} is not a NetBox pool")
+        return self.spec
+
+
+@dataclass(frozen=True)
+class Holding:
+    """An IPAddress of one of our pools: the pool, its address (canonical), and the claim it belongs to."""
+
+    pool: PoolKey
+    address: str
+    claim: str
+    deleting: bool
+
+
+def key_of_ref(namespace: str, ref: capi.TypedReference | None) -> PoolKey | None:
     """The pool a `poolRef` names, when it is one of ours; None for other providers' pools."""
-    if not ref or ref.get("apiGroup") != GROUP or ref.get("kind") not in KINDS or not ref.get("name"):
+    if ref is None or ref.api_group != GROUP or ref.kind not in KINDS or not ref.name:
         return None
-    return PoolKey(namespace, str(ref["kind"]), str(ref["name"]))
+    return PoolKey(namespace, ref.kind, ref.name)
+
+
+def holding_of(body: Mapping[str, Any]) -> Holding | None:
+    """What an IPAddress holds, when it is an address of one of our pools; None for any other."""
+    try:
+        found = capi.IPAddress.parse(body)
+    except ValueError:  # not a complete IPAddress, so not one this operator wrote
+        return None
+    key = key_of_ref(found.metadata.namespace or "", found.spec.pool_ref)
+    if key is None or not found.spec.address:
+        return None
+    claim = found.spec.claim_ref.name or found.metadata.name
+    return Holding(key, spaces.canonical(found.spec.address), claim, bool(found.metadata.deletion_timestamp))
 
 
 def info_of(body: Mapping[str, Any]) -> PoolInfo:
-    meta = body["metadata"]
-    conds = (body.get("status") or {}).get("conditions") or []
-    ready = next((c for c in conds if c.get("type") == "Ready"), None)
-    checked = ready is not None and ready.get("observedGeneration") == meta.get("generation")
+    pool = kinds.NETBOX_IPPOOL.parse(body) if body["kind"] == NETBOX else kinds.IPPOOL.parse(body)
+    meta = pool.metadata
+    ready = conditions.find(pool.status.conditions if pool.status else [], conditions.READY)
+    checked = ready is not None and ready.observed_generation == meta.get("generation")
     return PoolInfo(
-        key=PoolKey(meta["namespace"], body["kind"], meta["name"]),
+        key=PoolKey(meta["namespace"], pool.kind, meta["name"]),
         uid=meta["uid"],
-        api_version=body["apiVersion"],
+        api_version=pool.api_version,
         generation=int(meta.get("generation") or 0),
-        spec=dict(body.get("spec") or {}),
+        spec=pool.spec,
         deleting=bool(meta.get("deletionTimestamp")),
-        ready=body.get("kind") != NETBOX or (checked and ready is not None and ready.get("status") == "True"),
-        message=str((ready or {}).get("message") or "not checked yet"),
+        ready=pool.kind != NETBOX or (checked and ready is not None and ready.status == "True"),
+        message=(ready.message if ready is not None else "") or "not checked yet",
     )
 
 
 def space_of(pool: PoolInfo) -> spaces.AddressSpace:
     """The in-cluster pool's address space; raises `InvalidSpec` for a spec the API let through."""
-    return _space(pool.uid, pool.generation, _freeze(pool.spec))
+    return _space(pool.uid, pool.generation, _freeze(pool.in_cluster()))
 
 
-def _freeze(spec: Mapping[str, Any]) -> tuple[tuple[str, ...], int, str | None, tuple[str, ...], bool]:
+_Frozen = tuple[tuple[str, ...], int, str | None, tuple[str, ...], bool]
+
+
+def _freeze(spec: ipam.IPPoolSpec) -> _Frozen:
+    """The spec as a hashable key of the space cache."""
     return (
-        tuple(spec.get("addresses") or ()),
-        int(spec.get("prefix") or 0),
-        spec.get("gateway"),
-        tuple(spec.get("excludedAddresses") or ()),
-        bool(spec.get("allocateReservedIPAddresses")),
+        tuple(spec.addresses),
+        spec.prefix,
+        spec.gateway,
+        tuple(spec.excluded_addresses),
+        spec.allocate_reserved_ip_addresses,
     )
 
 
 @lru_cache(maxsize=1024)
-def _space(
-    uid: str, generation: int, frozen: tuple[tuple[str, ...], int, str | None, tuple[str, ...], bool]
-) -> spaces.AddressSpace:
+def _space(uid: str, generation: int, frozen: _Frozen) -> spaces.AddressSpace:
     addresses, prefix, gateway, excluded, allocate_reserved = frozen
     if not addresses:
         raise errors.InvalidSpec("the pool lists no addresses", reason="InvalidAddress")

@@ -10,137 +10,146 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass
 from typing import Any
 
-from capfleet import conditions, errors, events, pausing, resources, statuses
+from capfleet import conditions, errors, pausing, resources, statuses
 from capfleet.conditions import Update
-from capfleet.kube import Kube
-from ipam_address import claims, netbox_pools, spaces
-from ipam_address.allocator import Allocator
-from ipam_address.pools import key_of_ref
+from ipam_address import claims, pools
+from ipam_address.claims import Claim
+from ipam_address.contexts import Context
 
 WAIT_IN_HANDLER_SECONDS = 20.0
 """How long a claim waits inside its handler for its pool to free an address or become ready."""
 
-
-@dataclass(frozen=True)
-class Context:
-    """What every claim operation needs: the API, the allocation state, NetBox clients, kopf's indexes."""
-
-    kube: Kube
-    recorder: events.Recorder
-    allocator: Allocator
-    netbox_clients: netbox_pools.Clients
-    lookups: claims.Lookups
+CLAIMS = resources.IP_ADDRESS_CLAIMS
+WAITS_FOR_THE_POOL = frozenset({claims.POOL_EXHAUSTED, claims.POOL_NOT_READY})
 
 
-async def serve_claim(ctx: Context, claim: Mapping[str, Any], preferred: str | None = None) -> None:
-    """Reconcile a claim and write its status; on exhaustion or a pool not ready, wait here for a change.
+def bound_to(address_ref: str) -> dict[str, Any]:
+    """The status field of a claim bound to its IPAddress (named like the claim)."""
+    return {"addressRef": {"name": address_ref}}
 
-    The status is written here, right after the IPAddress, not left to kopf's patch at the end of the
-    handler: then no watch event ever shows a claim whose IPAddress exists without its status, which
-    `repair_status` would otherwise take for a lost status.
-    """
-    kube = ctx.kube
-    deadline = time.monotonic() + WAIT_IN_HANDLER_SECONDS
-    current_status = dict(claim.get("status") or {})
-    while True:
-        try:
-            outcome = await claims.reconcile(
-                kube, ctx.allocator, ctx.netbox_clients, ctx.lookups, claim, preferred
-            )
-        except errors.CapfleetError as exc:
-            failed = claims.failure_status(claim, exc)
-            await write_status(kube, claim, current_status, failed)
-            current_status.update(failed)
-            await ctx.recorder.transition(claim, "Warning", exc.reason, exc.message)
-            key = claims.pool_key(claim)
-            remaining = deadline - time.monotonic()
-            waits = exc.reason in {claims.POOL_EXHAUSTED, claims.POOL_NOT_READY}
-            if (
-                waits
-                and key is not None
-                and remaining > 0
-                and await ctx.allocator.wait_for_release(key, remaining)
-            ):
-                continue
-            raise
-        await write_status(kube, claim, current_status, outcome.status)
-        return
+
+def allocated(address: str) -> list[Update]:
+    return [pausing.condition(False), Update.true(conditions.READY, "Allocated", address)]
 
 
 async def write_status(
-    kube: Kube,
-    claim: Mapping[str, Any],
-    current: Mapping[str, Any],
-    desired: Mapping[str, Any],
-) -> None:
-    """Write a claim's status now (not at the end of the handler), if it differs."""
-    changed = statuses.differences(current, desired)
-    if not changed:
+    ctx: Context, body: Mapping[str, Any], updates: list[Update], fields: Mapping[str, Any] | None = None
+) -> Mapping[str, Any]:
+    """Write a claim's status through the kit, at once; return the claim as it now stands, so a later
+    write in the same handler sends only what differs from this one.
+
+    Written right after the IPAddress, not left to kopf's patch at the end of the handler: then no watch
+    event ever shows a claim whose IPAddress exists without its status, which `repair_status` would
+    otherwise take for a lost status.
+    """
+    desired = await ctx.write_status(CLAIMS, body, fields or {}, updates, None)
+    return {**body, "status": {**(body.get("status") or {}), **desired}}
+
+
+async def write_failure(
+    ctx: Context, body: Mapping[str, Any], error: errors.CapfleetError
+) -> Mapping[str, Any]:
+    """Ready False with one of the contract's reasons, and a Warning Event with the error's own reason
+    (once per transition): only failures are announced, a bound claim is the normal case, not news."""
+    ready = Update.false(conditions.READY, claims.failure_reason(error), error.message)
+    written = await write_status(ctx, body, [pausing.condition(False), ready])
+    await ctx.recorder.transition(body, "Warning", error.reason, error.message)
+    return written
+
+
+async def serve_claim(ctx: Context, claim: Claim, preferred: str | None = None) -> None:
+    """Reconcile a claim and write its status; on exhaustion or a pool not ready, wait here for a change."""
+    deadline = time.monotonic() + WAIT_IN_HANDLER_SECONDS
+    body = claim.body
+    while True:
+        try:
+            address = await claims.reconcile(ctx, claim, preferred)
+        except errors.CapfleetError as exc:
+            body = await write_failure(ctx, body, exc)
+            if await pool_changed_meanwhile(ctx, claim, exc, deadline):
+                continue
+            raise
+        if address is None:
+            await write_status(ctx, body, [pausing.condition(True)])
+        else:
+            await write_status(ctx, body, allocated(address), bound_to(claim.name))
         return
-    meta = claim["metadata"]
-    await kube.patch_status(resources.IP_ADDRESS_CLAIMS, meta["name"], changed, meta["namespace"])
+
+
+async def pool_changed_meanwhile(
+    ctx: Context, claim: Claim, error: errors.CapfleetError, deadline: float
+) -> bool:
+    """Wait, until `deadline`, for the pool a claim waits on to free an address or become ready."""
+    remaining = deadline - time.monotonic()
+    if error.reason not in WAITS_FOR_THE_POOL or remaining <= 0:
+        return False
+    return await ctx.allocator.wait_for_release(claim.pool, remaining)
+
+
+async def release_claim(ctx: Context, claim: Claim) -> None:
+    """Release a deleted claim's address, unless its Cluster is paused (a move releases nothing)."""
+    if not pausing.moving(claim.meta) and await claims.is_paused(ctx.kube, claim):
+        raise errors.Waiting("the claim's Cluster is paused; the address is released once it is unpaused")
+    await claims.release(ctx, claim)
+    ctx.allocator.released(claim.pool)
 
 
 async def repair_claim(ctx: Context, namespace: str, name: str, preferred: str | None = None) -> None:
     """Re-serve a live claim outside its own handler: its IPAddress vanished (it held `preferred`)."""
-    kube = ctx.kube
-    claim = await kube.get(resources.IP_ADDRESS_CLAIMS, name, namespace)
-    if claim is None or claim["metadata"].get("deletionTimestamp") or claims.pool_key(claim) is None:
+    body = await ctx.kube.get(CLAIMS, name, namespace)
+    claim = Claim.of(body) if body is not None else None
+    if claim is None or claim.model.metadata.deletion_timestamp:
         return
     await serve_claim(ctx, claim, preferred)
 
 
-async def observe_address(
-    ctx: Context,
-    event_type: str | None,
-    address: Mapping[str, Any],
-) -> None:
+async def observe_address(ctx: Context, event_type: str | None, address: Mapping[str, Any]) -> None:
     """React to an IPAddress of one of our pools appearing, changing, or going away."""
-    kube, allocator = ctx.kube, ctx.allocator
-    meta, spec = address["metadata"], address.get("spec") or {}
-    key = key_of_ref(meta["namespace"], spec.get("poolRef"))
-    if key is None:
+    holding = pools.holding_of(address)
+    if holding is None:
         return
-    text = spaces.canonical(str(spec.get("address", "")))
-    claim_name = (spec.get("claimRef") or {}).get("name") or meta["name"]
+    meta = address["metadata"]
     if event_type == "DELETED":
-        allocator.released(key)
-        await repair_claim(ctx, meta["namespace"], claim_name, preferred=text)
+        ctx.allocator.released(holding.pool)
+        await repair_claim(ctx, meta["namespace"], holding.claim, preferred=holding.address)
         return
-    if ctx.lookups.owner(key)(text) == claim_name:
-        allocator.settle(key, text)
-    if meta.get("deletionTimestamp") and claims.PROTECT_FINALIZER in (meta.get("finalizers") or []):
-        claim = await kube.get(resources.IP_ADDRESS_CLAIMS, claim_name, meta["namespace"])
-        if claim is not None and claim["metadata"].get("deletionTimestamp"):
-            return  # the claim's own release removes the finalizer
-        # Deleted by hand, or orphaned: let it go; a live claim gets it back (same address) on DELETED.
-        remaining = [f for f in meta.get("finalizers") or [] if f != claims.PROTECT_FINALIZER]
-        await kube.patch(
-            resources.IP_ADDRESSES,
-            meta["name"],
-            {"metadata": {"finalizers": remaining or None}},
-            meta["namespace"],
-        )
+    if ctx.lookups.owner(holding.pool)(holding.address) == holding.claim:
+        ctx.allocator.settle(holding.pool, holding.address)
+    if holding.deleting and claims.PROTECT_FINALIZER in (meta.get("finalizers") or []):
+        await let_deleted_address_go(ctx, meta, holding.claim)
 
 
-def repair_status(ctx: Context, claim: Mapping[str, Any], status_patch: MutableMapping[str, Any]) -> None:
+async def let_deleted_address_go(ctx: Context, meta: Mapping[str, Any], claim_name: str) -> None:
+    """An IPAddress deleted by hand, or orphaned: drop CAPI's finalizer; a live claim gets it back (same
+    address) on DELETED. A claim being deleted removes the finalizer in its own release."""
+    claim = await ctx.kube.get(CLAIMS, claim_name, meta["namespace"])
+    if claim is not None and claim["metadata"].get("deletionTimestamp"):
+        return
+    remaining = [f for f in meta.get("finalizers") or [] if f != claims.PROTECT_FINALIZER]
+    patch = {"metadata": {"finalizers": remaining or None}}
+    await ctx.kube.patch(resources.IP_ADDRESSES, meta["name"], patch, meta["namespace"])
+
+
+def repair_status(ctx: Context, claim: Claim, status_patch: MutableMapping[str, Any]) -> None:
     """Rebuild a lost status from the claim's IPAddress, which kopf's index already holds.
 
     Never allocates: a claim without an IPAddress is its serving handler's business, and repairing it
     here would race with that handler.
     """
-    meta = claim["metadata"]
-    status = claim.get("status") or {}
-    if meta.get("deletionTimestamp") or (status.get("addressRef") or {}).get("name"):
+    status = claim.body.get("status") or {}
+    bound = claim.model.status.address_ref
+    if claim.model.metadata.deletion_timestamp or (bound is not None and bound.name):
         return
-    if any(c.get("type") == "Paused" and c.get("status") == "True" for c in status.get("conditions") or []):
+    if conditions.is_true(conditions.parse(status.get("conditions")), conditions.PAUSED):
         return
-    existing = ctx.lookups.address_of_claim(meta["namespace"], meta["name"])
+    existing = ctx.lookups.address_of_claim(claim.namespace, claim.name)
     if existing is None or existing[1]:
         return
-    allocated = Update.true(conditions.READY, "Allocated", existing[0])
-    desired = claims.status_with(claim, pausing.condition(False), allocated, address_ref=meta["name"])
+    generation = claim.model.metadata.generation
+    desired = {
+        **bound_to(claim.name),
+        "conditions": statuses.with_conditions(status, allocated(existing[0]), generation=generation),
+    }
     statuses.merge_into(status_patch, status, desired)

@@ -2,10 +2,11 @@
 
 from capfleet import runtime
 from libvirt_vm import handlers
+from libvirt_vm.settings import LibvirtSettings
 
 
 def main() -> None:
-    runtime.run(handlers.IDENTITY)
+    runtime.run(handlers.IDENTITY, LibvirtSettings, register=handlers.register_polls)
 
 
 if __name__ == "__main__":

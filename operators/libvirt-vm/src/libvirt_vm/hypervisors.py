@@ -13,11 +13,12 @@ from typing import Any
 
 from capfleet import errors
 from capfleet.api import kinds
-from capfleet.api.libvirt import Hypervisor, LibvirtVM
+from capfleet.api.libvirt import Capacity, Hypervisor, LibvirtVM
 from capfleet.conditions import Update
 from libvirt_vm import placing
 from libvirt_vm.backends import hosts
-from libvirt_vm.contexts import SETTINGS, VMS, Context, ssh_target, write_status
+from libvirt_vm.contexts import HYPERVISORS, VMS, Context, ssh_target
+from libvirt_vm.settings import LibvirtSettings
 
 REACHABLE = "Reachable"
 STEPS = [REACHABLE]
@@ -50,6 +51,8 @@ def capacity_fields(found: hosts.HostFacts, used: placing.Demand) -> dict[str, A
 
 
 async def reconcile(ctx: Context, body: Mapping[str, Any]) -> None:
+    # A status cache with one condition and no Paused (Hypervisors are not CAPI objects): written with
+    # the kit's write_status rather than a Recorder, whose step() would raise where this must not.
     hypervisor = kinds.HYPERVISOR.parse(body)
     name = body["metadata"]["name"]
     try:
@@ -57,24 +60,28 @@ async def reconcile(ctx: Context, body: Mapping[str, Any]) -> None:
         pool_name = hypervisor.spec.storage_pool
         found = await ctx.pool.run(name, target, lambda conn: hosts.facts(conn, pool_name))
     except errors.CapfleetError as exc:
-        await write_status(ctx, body, {}, [Update.false(REACHABLE, exc.reason, exc.message)], STEPS)
+        unreachable = Update.false(REACHABLE, exc.reason, exc.message)
+        await ctx.write_status(HYPERVISORS, body, {}, [unreachable], STEPS)
         return
     used = placing.used_by(await placed_vms(ctx), name)
     update = Update.true(REACHABLE, "Connected", f"libvirt {found.libvirt_version} over SSH")
-    await write_status(ctx, body, capacity_fields(found, used), [update], STEPS)
+    await ctx.write_status(HYPERVISORS, body, capacity_fields(found, used), [update], STEPS)
 
 
-def candidate(hypervisor: Hypervisor, name: str, labels: Mapping[str, str]) -> placing.Candidate:
-    """The hypervisor as placement sees it: capacity less what it keeps for itself."""
+def candidate(hypervisor: Hypervisor, settings: LibvirtSettings) -> placing.Candidate:
+    """The hypervisor as placement sees it: capacity (overcommitted as configured) less what it keeps
+    for itself."""
     status, reserved = hypervisor.status, hypervisor.spec.reserved
-    capacity = status.capacity if status is not None else None
-    ready = status is not None and any(c.type == REACHABLE and c.status == "True" for c in status.conditions)
+    measured = status.capacity if status is not None else None
+    capacity = measured or Capacity()
+    conditions = status.conditions if status is not None else []
+    reachable = any(c.type == REACHABLE and c.status == "True" for c in conditions)
     return placing.Candidate(
-        name=name,
-        labels=labels,
+        name=hypervisor.metadata["name"],
+        labels=hypervisor.metadata.get("labels") or {},
         failure_domain=hypervisor.spec.failure_domain,
-        ready=ready and capacity is not None,
-        vcpus=int((capacity.vcpus if capacity else 0) * SETTINGS.vcpu_overcommit) - reserved.vcpus,
-        memory_mib=(capacity.memory_mib if capacity else 0) - reserved.memory_mib,
-        storage_gib=int((capacity.storage_gib if capacity else 0) * SETTINGS.storage_overcommit),
+        ready=reachable and measured is not None,
+        vcpus=int(capacity.vcpus * settings.vcpu_overcommit) - reserved.vcpus,
+        memory_mib=capacity.memory_mib - reserved.memory_mib,
+        storage_gib=int(capacity.storage_gib * settings.storage_overcommit),
     )

@@ -9,12 +9,12 @@ contain `_`, so `<namespace>_<name>` is unambiguous, and `<domain>_` prefixes ex
 from __future__ import annotations
 
 import hashlib
-import uuid
+
+from capfleet import cloudinit
 
 MAX_DOMAIN_NAME = 180
 """Volume file names add a disk name and a suffix and must stay under 255 bytes."""
 
-UUID_NAMESPACE = uuid.UUID("0c4f7b8e-6a55-4b8e-9a43-c2b1f0d7e6a1")
 SEED_SUFFIX = "cidata.iso"
 
 
@@ -28,8 +28,9 @@ def domain_name(namespace: str, name: str) -> str:
 
 
 def domain_uuid(namespace: str, name: str) -> str:
-    """A UUID fixed by namespace and name: defining the domain twice redefines the same one."""
-    return str(uuid.uuid5(UUID_NAMESPACE, f"{namespace}/{name}"))
+    """A UUID fixed by namespace and name: defining the domain twice redefines the same one. It is also the
+    guest's cloud-init instance-id, so a re-seeded VM stays the same instance."""
+    return cloudinit.instance_id(namespace, name)
 
 
 def volume_prefix(domain: str) -> str:

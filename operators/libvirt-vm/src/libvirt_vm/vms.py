@@ -3,41 +3,58 @@
 Each step is idempotent and finds what an earlier attempt made by deterministic name, so the same code
 creates a VM, converges it after a failure and rebuilds a lost status. Each step has a condition
 (Scheduled, DisksReady, SeedReady, Defined, Running) and Ready names the first one that is not True.
-A failing step writes its condition with the error's reason and message, then raises for kopf to retry
-with the error's backoff. Placement is written to `spec.hypervisorName` before anything is created.
+A failing step writes its condition with the error's reason and message (`reconciling.Recorder`), then
+raises for kopf to retry with the error's backoff. Placement is written to `spec.hypervisorName` before
+anything is created.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from capfleet import errors, pausing
+from capfleet import cloudinit, errors, pausing, reconciling
 from capfleet.api import kinds
 from capfleet.api.libvirt import Hypervisor, LibvirtVM
 from capfleet.conditions import Update
 from capfleet.sshlibvirt import SSHTarget
 from libvirt_vm import domains, hypervisors, names, placing, seeding
 from libvirt_vm.backends import hosts
-from libvirt_vm.contexts import HYPERVISORS, SETTINGS, VMS, Context, secret_value, ssh_target, write_status
+from libvirt_vm.contexts import HYPERVISORS, VMS, Context, secret_value, ssh_target
 
 SCHEDULED, DISKS, SEED, DEFINED, RUNNING = "Scheduled", "DisksReady", "SeedReady", "Defined", "Running"
 STEPS = [SCHEDULED, DISKS, SEED, DEFINED, RUNNING]
-MOVE_ANNOTATION = "clusterctl.cluster.x-k8s.io/delete-for-move"
 T = TypeVar("T")
 
 
-async def place(ctx: Context, vm: LibvirtVM, namespace: str, name: str) -> str:
+@dataclass(frozen=True)
+class Placed:
+    """A VM on its hypervisor: how to reach the host, and the VM's names there."""
+
+    ctx: Context
+    owner: domains.Owner
+    hypervisor: str
+    target: SSHTarget
+    pool_name: str
+    domain: str
+
+    def run(self, call: Callable[[Any], T]) -> Awaitable[T]:
+        """Run `call` with the hypervisor's pooled libvirt connection, in a worker thread."""
+        return self.ctx.pool.run(self.hypervisor, self.target, call)
+
+
+async def place(ctx: Context, vm: LibvirtVM, owner: domains.Owner) -> str:
     """The hypervisor chosen for the VM, written to its spec; Waiting when none fits."""
     async with ctx.placement_lock:
-        current = await ctx.kube.get(VMS, name, namespace)
-        if current is not None and (current.get("spec") or {}).get("hypervisorName"):
-            return str(current["spec"]["hypervisorName"])
+        current = await ctx.kube.get(VMS, owner.name, owner.namespace)
+        if current is not None:
+            already = kinds.LIBVIRT_VM.parse(current).spec.hypervisor_name
+            if already:
+                return already
         candidates = [
-            hypervisors.candidate(
-                kinds.HYPERVISOR.parse(h), h["metadata"]["name"], h["metadata"].get("labels") or {}
-            )
+            hypervisors.candidate(kinds.HYPERVISOR.parse(h), ctx.settings)
             for h in await ctx.kube.list(HYPERVISORS)
             if not h["metadata"].get("deletionTimestamp")
         ]
@@ -47,30 +64,9 @@ async def place(ctx: Context, vm: LibvirtVM, namespace: str, name: str) -> str:
         decision = placing.place(request, candidates, await hypervisors.placed_vms(ctx))
         if decision.hypervisor is None:
             raise errors.Waiting(decision.message, reason=decision.reason)
-        await ctx.kube.patch(VMS, name, {"spec": {"hypervisorName": decision.hypervisor}}, namespace)
+        patch = {"spec": {"hypervisorName": decision.hypervisor}}
+        await ctx.kube.patch(VMS, owner.name, patch, owner.namespace)
         return decision.hypervisor
-
-
-class Run:
-    """One reconcile's progress: the conditions found so far, written on success and on failure."""
-
-    def __init__(self, ctx: Context, body: Mapping[str, Any]) -> None:
-        self.ctx, self.body = ctx, body
-        self.updates: list[Update] = [pausing.condition(False)]
-        self.fields: dict[str, Any] = {}
-
-    async def step(self, condition: str, work: Awaitable[T], reason: str, message: str = "") -> T:
-        try:
-            result = await work
-        except errors.CapfleetError as exc:
-            self.updates.append(Update.false(condition, exc.reason, exc.message))
-            await write_status(self.ctx, self.body, self.fields, self.updates, STEPS)
-            raise
-        self.updates.append(Update.true(condition, reason, message))
-        return result
-
-    async def finish(self) -> None:
-        await write_status(self.ctx, self.body, self.fields, self.updates, STEPS)
 
 
 async def hypervisor_target(ctx: Context, hv_name: str) -> tuple[Hypervisor, SSHTarget]:
@@ -81,14 +77,30 @@ async def hypervisor_target(ctx: Context, hv_name: str) -> tuple[Hypervisor, SSH
     return hypervisor, await ssh_target(ctx.kube, hypervisor)
 
 
-async def seed_data(ctx: Context, vm: LibvirtVM, namespace: str, name: str, provider_id: str) -> bytes:
-    cloud_init = vm.spec.cloud_init
+async def reach(ctx: Context, owner: domains.Owner, hv_name: str) -> Placed:
+    """The VM as placed on `hv_name`, with the SSH target of the hypervisor."""
+    hypervisor, target = await hypervisor_target(ctx, hv_name)
+    domain = names.domain_name(owner.namespace, owner.name)
+    return Placed(ctx, owner, hv_name, target, hypervisor.spec.storage_pool, domain)
+
+
+def provider_id_of(vm: LibvirtVM, hv_name: str, domain: str) -> str:
+    """The provider ID the spec gives, or capfleet's own from the hypervisor and domain name."""
+    return vm.spec.cloud_init.provider_id or names.provider_id(hv_name, domain)
+
+
+async def seed_data(placed: Placed, vm: LibvirtVM) -> bytes:
+    """The cidata ISO: the bootstrap Secret's user-data, meta-data and network-config."""
+    cloud_init, owner = vm.spec.cloud_init, placed.owner
     ref = cloud_init.user_data_secret_ref
-    user_data = await secret_value(ctx.kube, namespace, ref.name, ref.key)
-    meta = seeding.meta_data(
-        names.domain_uuid(namespace, name), cloud_init.hostname or name, provider_id, cloud_init.meta_data
+    user_data = await secret_value(placed.ctx.kube, owner.namespace, ref.name, ref.key)
+    meta = cloudinit.meta_data(
+        names.domain_uuid(owner.namespace, owner.name),
+        cloud_init.hostname or owner.name,
+        provider_id_of(vm, placed.hypervisor, placed.domain),
+        cloud_init.meta_data,
     )
-    network = seeding.network_config(vm.spec.interfaces)
+    network = cloudinit.network_config(vm.spec.interfaces)
     return seeding.cidata_iso(seeding.seed_files(user_data, meta, network))
 
 
@@ -113,110 +125,118 @@ def power(conn: Any, name: str, on: bool) -> hosts.DomainInfo:
 
 async def reconcile(ctx: Context, body: Mapping[str, Any]) -> None:
     meta = body["metadata"]
-    namespace, name = meta["namespace"], meta["name"]
     if meta.get("deletionTimestamp"):
         return
-    if pausing.hands_off(meta):
-        await write_status(ctx, body, {}, [pausing.condition(True)], STEPS)
+    if reconciling.paused_or_moving(body):
+        await reconciling.Recorder(ctx, VMS, body, STEPS).paused()
         return
-    async with ctx.vm_lock(namespace, name):
-        await converge(ctx, body, namespace, name)
+    owner = domains.Owner(meta["namespace"], meta["name"])
+    async with ctx.vm_lock(owner.namespace, owner.name):
+        await converge(ctx, body, owner)
 
 
-async def converge(ctx: Context, body: Mapping[str, Any], namespace: str, name: str) -> None:
+async def converge(ctx: Context, body: Mapping[str, Any], owner: domains.Owner) -> None:
+    """Every step in order; the first that fails writes its condition and raises."""
     vm = kinds.LIBVIRT_VM.parse(body)
-    run = Run(ctx, body)
-    hv_name = await run.step(
-        SCHEDULED, _placed(ctx, vm, namespace, name), "Placed", "placed on its Hypervisor"
-    )
-    if vm.spec.hypervisor_name is None:
-        # Placing changed the spec: report against the new generation.
-        run.body = await ctx.kube.get(VMS, name, namespace) or body
-    domain = names.domain_name(namespace, name)
-    provider_id = vm.spec.cloud_init.provider_id or names.provider_id(hv_name, domain)
-    run.fields.update({"hypervisorName": hv_name, "domainName": domain, "providerID": provider_id})
-    hypervisor, target = await run.step(DISKS, hypervisor_target(ctx, hv_name), "Pending")
-    pool_name = hypervisor.spec.storage_pool
-
-    def on_host(call: Callable[[Any], T]) -> Awaitable[T]:
-        return ctx.pool.run(hv_name, target, call)
-
-    disk_paths: list[str] = []
-    for disk in vm.spec.disks:
-        volume = names.disk_volume(domain, disk.name)
-        path = await run.step(
-            DISKS,
-            on_host(
-                functools.partial(
-                    hosts.ensure_disk,
-                    pool_name=pool_name,
-                    name=volume,
-                    size_gib=disk.size_gib,
-                    source=disk.source_image,
-                    strategy=disk.clone_strategy,
-                )
-            ),
-            "Created",
-            f"{len(vm.spec.disks)} disk volume(s) in pool {pool_name}",
-        )
-        disk_paths.append(path)
-    iso = await run.step(SEED, seed_data(ctx, vm, namespace, name, provider_id), "Built")
-    seed_path = await run.step(
-        SEED,
-        on_host(lambda c: hosts.ensure_seed(c, pool_name, names.seed_volume(domain), iso)),
-        "Uploaded",
-        "NoCloud cidata volume uploaded",
-    )
-    found_facts = await run.step(DEFINED, on_host(lambda c: hosts.facts(c, pool_name)), "Pending")
-    plan = domains.DomainPlan(
-        name=domain,
-        uuid=names.domain_uuid(namespace, name),
-        owner=domains.Owner(namespace, name),
-        vcpus=vm.spec.vcpus,
-        memory_mib=vm.spec.memory_mib,
-        disks=tuple(domains.DiskDevice(p) for p in disk_paths),
-        seed_path=seed_path,
-        interfaces=tuple(vm.spec.interfaces),
-        virt_type=domain_type(found_facts.kvm),
-    )
-    info = await run.step(DEFINED, on_host(lambda c: define_owned(c, plan)), "Defined", f"domain {domain}")
-    run.fields["domainUUID"] = info.uuid
-    on = vm.spec.power_state == "On"
-    info = await run.step(RUNNING, on_host(lambda c: power(c, domain, on)), "Started" if on else "Stopped")
-    run.fields["state"] = info.state
-    if on != info.active:
-        run.updates.append(Update.false(RUNNING, "Converging", f"domain is {info.state}"))
-    elif not on:
-        run.updates.append(Update.true(RUNNING, "PoweredOff", "powered off as the spec asks"))
+    run = reconciling.Recorder(ctx, VMS, body, STEPS)
+    placed = await schedule(ctx, run, vm, owner)
+    disk_paths = await make_disks(run, placed, vm)
+    seed_path = await make_seed(run, placed, vm)
+    await define(run, placed, vm, tuple(domains.DiskDevice(p) for p in disk_paths), seed_path)
+    await power_as_asked(run, placed, vm)
     await run.finish()
 
 
-def domain_type(kvm_offered: bool) -> str:
-    configured = str(SETTINGS.domain_type)
-    if configured in {"kvm", "qemu"}:
-        return configured
-    return "kvm" if kvm_offered else "qemu"
+async def schedule(ctx: Context, run: reconciling.Recorder, vm: LibvirtVM, owner: domains.Owner) -> Placed:
+    """Scheduled: the VM's hypervisor (placing it if the spec names none), then a way to reach it."""
+    hv_name = await run.step(SCHEDULED, _placed(ctx, vm, owner), "Placed", "placed on its Hypervisor")
+    if vm.spec.hypervisor_name is None:
+        # Placing changed the spec: report against the new generation.
+        run.body = await ctx.kube.get(VMS, owner.name, owner.namespace) or run.body
+    domain = names.domain_name(owner.namespace, owner.name)
+    provider_id = provider_id_of(vm, hv_name, domain)
+    run.fields.update({"hypervisorName": hv_name, "domainName": domain, "providerID": provider_id})
+    return await run.step(DISKS, reach(ctx, owner, hv_name), "Pending")
 
 
-async def _placed(ctx: Context, vm: LibvirtVM, namespace: str, name: str) -> str:
-    return vm.spec.hypervisor_name or await place(ctx, vm, namespace, name)
+async def make_disks(run: reconciling.Recorder, placed: Placed, vm: LibvirtVM) -> list[str]:
+    """DisksReady: one volume per disk in the hypervisor's pool; their paths."""
+    paths: list[str] = []
+    message = f"{len(vm.spec.disks)} disk volume(s) in pool {placed.pool_name}"
+    for disk in vm.spec.disks:
+        ensure = functools.partial(
+            hosts.ensure_disk,
+            pool_name=placed.pool_name,
+            name=names.disk_volume(placed.domain, disk.name),
+            size_gib=disk.size_gib,
+            source=disk.source_image,
+            strategy=disk.clone_strategy,
+        )
+        paths.append(await run.step(DISKS, placed.run(ensure), "Created", message))
+    return paths
+
+
+async def make_seed(run: reconciling.Recorder, placed: Placed, vm: LibvirtVM) -> str:
+    """SeedReady: the NoCloud ISO built and uploaded as a volume; its path."""
+    iso = await run.step(SEED, seed_data(placed, vm), "Built")
+    volume = names.seed_volume(placed.domain)
+    upload = placed.run(lambda c: hosts.ensure_seed(c, placed.pool_name, volume, iso))
+    return await run.step(SEED, upload, "Uploaded", "NoCloud cidata volume uploaded")
+
+
+async def define(
+    run: reconciling.Recorder,
+    placed: Placed,
+    vm: LibvirtVM,
+    disks: tuple[domains.DiskDevice, ...],
+    seed_path: str,
+) -> None:
+    """Defined: the domain defined (kvm or qemu as configured and offered) and owned by this VM."""
+    found_facts = await run.step(DEFINED, placed.run(lambda c: hosts.facts(c, placed.pool_name)), "Pending")
+    owner = placed.owner
+    plan = domains.DomainPlan(
+        name=placed.domain,
+        uuid=names.domain_uuid(owner.namespace, owner.name),
+        owner=owner,
+        vcpus=vm.spec.vcpus,
+        memory_mib=vm.spec.memory_mib,
+        disks=disks,
+        seed_path=seed_path,
+        interfaces=tuple(vm.spec.interfaces),
+        virt_type=placed.ctx.settings.virt_type(found_facts.kvm),
+    )
+    defined = placed.run(lambda c: define_owned(c, plan))
+    info = await run.step(DEFINED, defined, "Defined", f"domain {placed.domain}")
+    run.fields["domainUUID"] = info.uuid
+
+
+async def power_as_asked(run: reconciling.Recorder, placed: Placed, vm: LibvirtVM) -> None:
+    """Running: the domain started or stopped as the spec's powerState asks."""
+    on = vm.spec.power_state == "On"
+    switched = placed.run(lambda c: power(c, placed.domain, on))
+    info = await run.step(RUNNING, switched, "Started" if on else "Stopped")
+    run.fields["state"] = info.state
+    if on != info.active:
+        run.note(Update.false(RUNNING, "Converging", f"domain is {info.state}"))
+    elif not on:
+        run.note(Update.true(RUNNING, "PoweredOff", "powered off as the spec asks"))
+
+
+async def _placed(ctx: Context, vm: LibvirtVM, owner: domains.Owner) -> str:
+    return vm.spec.hypervisor_name or await place(ctx, vm, owner)
 
 
 async def delete(ctx: Context, body: Mapping[str, Any]) -> None:
     """Destroy the domain and remove its volumes; nothing for a VM being moved or never placed."""
     meta = body["metadata"]
-    if MOVE_ANNOTATION in (meta.get("annotations") or {}):
+    if pausing.moving(meta):
         return
     vm = kinds.LIBVIRT_VM.parse(body)
-    hv_name = vm.spec.hypervisor_name
-    if hv_name is None:
+    if vm.spec.hypervisor_name is None:
         return
-    namespace, name = meta["namespace"], meta["name"]
-    domain = names.domain_name(namespace, name)
-    async with ctx.vm_lock(namespace, name):
-        hypervisor, target = await hypervisor_target(ctx, hv_name)
-        pool_name = hypervisor.spec.storage_pool
-        await ctx.pool.run(
-            hv_name, target, lambda c: hosts.remove(c, domain, pool_name, names.volume_prefix(domain))
-        )
-    ctx.vm_locks.pop(f"{namespace}/{name}", None)
+    owner = domains.Owner(meta["namespace"], meta["name"])
+    async with ctx.vm_lock(owner.namespace, owner.name):
+        placed = await reach(ctx, owner, vm.spec.hypervisor_name)
+        prefix = names.volume_prefix(placed.domain)
+        await placed.run(lambda c: hosts.remove(c, placed.domain, placed.pool_name, prefix))
+    ctx.vm_locks.pop(f"{owner.namespace}/{owner.name}", None)

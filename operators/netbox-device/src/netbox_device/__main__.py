@@ -2,10 +2,11 @@
 
 from capfleet import runtime
 from netbox_device import handlers
+from netbox_device.settings import NetboxSettings
 
 
 def main() -> None:
-    runtime.run(handlers.IDENTITY)
+    runtime.run(handlers.IDENTITY, NetboxSettings)
 
 
 if __name__ == "__main__":

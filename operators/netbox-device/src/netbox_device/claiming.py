@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from capfleet.api.netbox import DeviceClaim, DeviceSelector
 from netbox_device.backends.devices import Devices, Record
 from netbox_device.selection import (
     OWNER_FIELD,
@@ -32,8 +33,8 @@ from netbox_device.selection import (
 @dataclass(frozen=True)
 class Claimant:
     owner: str
-    selector: Mapping[str, Any]
-    claim: Mapping[str, Any]
+    selector: DeviceSelector
+    claim: DeviceClaim
     settle_seconds: float = 1.0
 
 
@@ -51,8 +52,8 @@ async def held(devices: Devices, owner: str) -> Record | None:
 
 async def take(devices: Devices, claimant: Claimant, reserved: set[int]) -> Record | None:
     """Claim one free device matching the selector, or None when none is free."""
-    tenant = claimant.claim.get("tenant")
-    tenant_id = await devices.tenant_id(str(tenant)) if tenant else None
+    tenant = claimant.claim.tenant
+    tenant_id = await devices.tenant_id(tenant) if tenant else None
     candidates = await devices.candidates(device_filters(claimant.selector))
     for candidate in spread([c for c in candidates if int(c["id"]) not in reserved], claimant.owner):
         device_id = int(candidate["id"])

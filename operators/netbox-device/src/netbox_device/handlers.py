@@ -7,7 +7,6 @@ from NetBox; deletion releases what the object holds in NetBox.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import kopf
@@ -15,34 +14,17 @@ import kopf
 from capfleet import runtime
 from capfleet.api import kinds
 from netbox_device import device_claims, vm_serving
-from netbox_device.clients import Clients, Settings
+from netbox_device.contexts import SHARED_KEY, Context, Shared
 
 IDENTITY = runtime.Identity("netbox-device")
-DEVICES = (kinds.NETBOX_GROUP, kinds.VERSION, "netboxdevices")
-MACHINES = (kinds.NETBOX_GROUP, kinds.VERSION, "netboxvirtualmachines")
+DEVICES = kinds.NETBOX_DEVICE.resource.watch
+MACHINES = kinds.NETBOX_VIRTUAL_MACHINE.resource.watch
 
 
 @kopf.on.startup()
-def create_clients(memo: kopf.Memo, **_: Any) -> None:
+def create_shared(memo: kopf.Memo, **_: Any) -> None:
     # In the operator-wide memo at startup: kopf gives each object a shallow copy of it.
-    memo["netbox_clients"] = Clients()
-    memo["settings"] = Settings.from_environ(os.environ)
-    memo["reserved_devices"] = set()
-
-
-def context(memo: kopf.Memo) -> device_claims.Context:
-    clients, settings, reserved = (
-        memo.get("netbox_clients"),
-        memo.get("settings"),
-        memo.get("reserved_devices"),
-    )
-    if (
-        not isinstance(clients, Clients)
-        or not isinstance(settings, Settings)
-        or not isinstance(reserved, set)
-    ):
-        raise RuntimeError("netbox-device did not start: no NetBox clients in memo")
-    return device_claims.Context(runtime.kube(memo), runtime.recorder(memo), clients, settings, reserved)
+    memo[SHARED_KEY] = Shared()
 
 
 @kopf.on.resume(*DEVICES)
@@ -50,19 +32,19 @@ def context(memo: kopf.Memo) -> device_claims.Context:
 @kopf.on.update(*DEVICES)
 @runtime.reconciler("NetboxDevice")
 async def claim_device(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    await device_claims.serve(context(memo), body)
+    await device_claims.serve(Context.from_memo(memo), body)
 
 
 @kopf.on.event(*DEVICES)
 async def repair_device_status(type: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     if type in {"ADDED", "MODIFIED"}:
-        await device_claims.repair(context(memo), body)
+        await device_claims.repair(Context.from_memo(memo), body)
 
 
 @kopf.on.delete(*DEVICES)
 @runtime.reconciler("NetboxDevice")
 async def release_device(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    await device_claims.release(context(memo), body)
+    await device_claims.release(Context.from_memo(memo), body)
 
 
 @kopf.on.resume(*MACHINES)
@@ -70,16 +52,16 @@ async def release_device(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
 @kopf.on.update(*MACHINES)
 @runtime.reconciler("NetboxVirtualMachine")
 async def register_machine(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    await vm_serving.serve(context(memo), body)
+    await vm_serving.serve(Context.from_memo(memo), body)
 
 
 @kopf.on.event(*MACHINES)
 async def repair_machine_status(type: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     if type in {"ADDED", "MODIFIED"}:
-        await vm_serving.repair(context(memo), body)
+        await vm_serving.repair(Context.from_memo(memo), body)
 
 
 @kopf.on.delete(*MACHINES)
 @runtime.reconciler("NetboxVirtualMachine")
 async def deregister_machine(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    await vm_serving.release(context(memo), body)
+    await vm_serving.release(Context.from_memo(memo), body)

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from capfleet import errors
+from capfleet.api.netbox import NetboxVirtualMachineSpec, VirtualMachineInterface
 from netbox_device import vm_records as records
 from netbox_device.backends.machines import Machines, Record
 from netbox_device.selection import OWNER_FIELD
@@ -30,23 +31,38 @@ async def held(nb: Machines, owner: str) -> Record | None:
     return min(owned, key=lambda vm: int(vm["id"])) if owned else None
 
 
-async def resolve(nb: Machines, spec: Mapping[str, Any]) -> dict[str, int | None]:
+async def resolve(nb: Machines, spec: NetboxVirtualMachineSpec) -> dict[str, int | None]:
     ids: dict[str, int | None] = {}
-    ids["cluster"] = (
-        await nb.lookup("virtualization/clusters", name=spec["cluster"]) if spec.get("cluster") else None
-    )
-    for field, endpoint in (
-        ("role", "dcim/device-roles"),
-        ("tenant", "tenancy/tenants"),
-        ("site", "dcim/sites"),
+    ids["cluster"] = await nb.lookup("virtualization/clusters", name=spec.cluster) if spec.cluster else None
+    for field, endpoint, slug in (
+        ("role", "dcim/device-roles", spec.role),
+        ("tenant", "tenancy/tenants", spec.tenant),
+        ("site", "dcim/sites", spec.site),
     ):
-        ids[field] = await nb.lookup(endpoint, slug=spec[field]) if spec.get(field) else None
+        ids[field] = await nb.lookup(endpoint, slug=slug) if slug else None
     return ids
 
 
-async def register(nb: Machines, spec: Mapping[str, Any], owner: str) -> int:
+async def register(nb: Machines, spec: NetboxVirtualMachineSpec, owner: str) -> int:
     """Create or update the VM, its interfaces, MACs and IPs; returns the VM's NetBox id."""
-    desired = records.vm_fields(spec, owner, await resolve(nb, spec))
+    vm_id = await upsert_vm(nb, records.vm_fields(spec, owner, await resolve(nb, spec)), owner)
+    wanted = {i.name: i for i in spec.interfaces}
+    existing = {str(i["name"]): i for i in await nb.list(INTERFACES, virtual_machine_id=vm_id)}
+    placed = await place_interfaces(nb, vm_id, wanted, existing, owner)
+    v4, v6 = records.primaries(list(wanted.values()))
+    primary = {"primary_ip4": placed.get(v4) if v4 else None, "primary_ip6": placed.get(v6) if v6 else None}
+    vm_now = (await nb.list(VMS, id=vm_id))[0]
+    if records.changes(vm_now, primary):
+        await nb.update(VMS, vm_id, primary)
+    await drop_stale_ips(nb, vm_id, set(placed.values()), owner)
+    for name, stale in existing.items():
+        if name not in wanted:
+            await nb.delete(INTERFACES, int(stale["id"]))
+    return vm_id
+
+
+async def upsert_vm(nb: Machines, desired: Mapping[str, Any], owner: str) -> int:
+    """The id of the VM this owner holds, created or brought in step with `desired`."""
     vm = await held(nb, owner)
     if vm is None:
         vm = await nb.create(VMS, desired)
@@ -54,25 +70,24 @@ async def register(nb: Machines, spec: Mapping[str, Any], owner: str) -> int:
         changed = records.changes(vm, desired)
         if changed:
             await nb.update(VMS, int(vm["id"]), changed)
-    vm_id = int(vm["id"])
-    wanted = {i["name"]: i for i in spec.get("interfaces") or []}
-    existing = {str(i["name"]): i for i in await nb.list(INTERFACES, virtual_machine_id=vm_id)}
+    return int(vm["id"])
+
+
+async def place_interfaces(
+    nb: Machines,
+    vm_id: int,
+    wanted: Mapping[str, VirtualMachineInterface],
+    existing: Mapping[str, Record],
+    owner: str,
+) -> dict[str, int]:
+    """Every wanted interface with its MAC and addresses; returns the NetBox id of each address."""
     placed: dict[str, int] = {}
     for name, interface in wanted.items():
         current = existing.get(name) or await nb.create(INTERFACES, {"virtual_machine": vm_id, "name": name})
-        await set_mac(nb, current, interface.get("macAddress"))
-        for address in interface.get("addresses") or []:
+        await set_mac(nb, current, interface.mac_address)
+        for address in interface.addresses:
             placed[address] = await place_ip(nb, int(current["id"]), address, owner)
-    v4, v6 = records.primaries(list(wanted.values()))
-    primary = {"primary_ip4": placed.get(v4) if v4 else None, "primary_ip6": placed.get(v6) if v6 else None}
-    vm_now = (await nb.list(VMS, id=vm_id))[0]
-    if records.changes(vm_now, primary):
-        await nb.update(VMS, vm_id, primary)
-    await drop_stale_ips(nb, vm_id, set(placed.values()), owner)
-    for name, interface in existing.items():
-        if name not in wanted:
-            await nb.delete(INTERFACES, int(interface["id"]))
-    return vm_id
+    return placed
 
 
 async def set_mac(nb: Machines, interface: Record, mac: str | None) -> None:

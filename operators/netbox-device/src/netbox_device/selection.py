@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from capfleet.api.netbox import DeviceClaim, DeviceSelector
+
 OWNER_FIELD = "capfleet_owner"
 PREVIOUS_FIELD = "capfleet_previous"
 BMC_FIELD = "bmc_address"
@@ -28,53 +30,54 @@ def owner_of(instance: str, meta: Mapping[str, Any]) -> str:
     return f"{instance}/{meta['namespace']}/{meta['name']}"
 
 
-def device_filters(selector: Mapping[str, Any]) -> dict[str, Any]:
-    """NetBox query parameters for free devices matching `selector` (the spec's wire form)."""
+def exact_criteria(selector: DeviceSelector) -> list[tuple[str, str]]:
+    """The selector's exact-match criteria that are set, in the order people read them."""
+    values = {"site": selector.site, "role": selector.role, "name": selector.name, "serial": selector.serial}
+    return [(key, value) for key, value in values.items() if value]
+
+
+def device_filters(selector: DeviceSelector) -> dict[str, Any]:
+    """NetBox query parameters for free devices matching `selector`."""
     params: dict[str, Any] = {
-        "status": selector.get("status") or DEFAULT_FREE_STATUS,
+        "status": selector.status or DEFAULT_FREE_STATUS,
         f"cf_{OWNER_FIELD}__empty": "true",
     }
-    for key in ("site", "role", "name", "serial"):
-        if selector.get(key):
-            params[key] = selector[key]
-    if selector.get("tags"):
-        params["tag"] = list(selector["tags"])
-    for name, value in sorted((selector.get("customFields") or {}).items()):
+    params.update(exact_criteria(selector))
+    if selector.tags:
+        params["tag"] = list(selector.tags)
+    for name, value in sorted(selector.custom_fields.items()):
         params[f"cf_{name}"] = value
     return params
 
 
-def describe(selector: Mapping[str, Any]) -> str:
+def describe(selector: DeviceSelector) -> str:
     """The selector as a person reads it: `status=inventory, site=dc1, tags=[gpu]`."""
-    parts = [f"status={selector.get('status') or DEFAULT_FREE_STATUS}"]
-    for key in ("site", "role", "name", "serial"):
-        if selector.get(key):
-            parts.append(f"{key}={selector[key]}")
-    if selector.get("tags"):
-        parts.append(f"tags=[{', '.join(selector['tags'])}]")
-    for name, value in sorted((selector.get("customFields") or {}).items()):
-        parts.append(f"cf_{name}={value}")
+    parts = [f"status={selector.status or DEFAULT_FREE_STATUS}"]
+    parts.extend(f"{key}={value}" for key, value in exact_criteria(selector))
+    if selector.tags:
+        parts.append(f"tags=[{', '.join(selector.tags)}]")
+    parts.extend(f"cf_{name}={value}" for name, value in sorted(selector.custom_fields.items()))
     return ", ".join(parts)
 
 
-def matches(device: Mapping[str, Any], selector: Mapping[str, Any]) -> bool:
+def matches(device: Mapping[str, Any], selector: DeviceSelector) -> bool:
     """Whether a device (as NetBox renders it) is free and matches the selector: re-checked before a claim."""
     custom = device.get("custom_fields") or {}
     if custom.get(OWNER_FIELD):
         return False
-    if value_of(device.get("status")) != (selector.get("status") or DEFAULT_FREE_STATUS):
+    if value_of(device.get("status")) != (selector.status or DEFAULT_FREE_STATUS):
         return False
-    for key in ("site", "role"):
-        if selector.get(key) and slug_of(device.get(key)) != selector[key]:
-            return False
-    if selector.get("name") and device.get("name") != selector["name"]:
+    slugs = {"site": selector.site, "role": selector.role}
+    if any(wanted and slug_of(device.get(key)) != wanted for key, wanted in slugs.items()):
         return False
-    if selector.get("serial") and str(device.get("serial") or "").lower() != selector["serial"].lower():
+    if selector.name and device.get("name") != selector.name:
+        return False
+    if selector.serial and str(device.get("serial") or "").lower() != selector.serial.lower():
         return False
     tags = {slug_of(t) for t in device.get("tags") or []}
-    if not set(selector.get("tags") or []) <= tags:
+    if not set(selector.tags) <= tags:
         return False
-    return all(str(custom.get(k)) == v for k, v in (selector.get("customFields") or {}).items())
+    return all(str(custom.get(k)) == v for k, v in selector.custom_fields.items())
 
 
 def spread(candidates: Sequence[T], owner: str) -> list[T]:
@@ -126,7 +129,7 @@ def slug_of(field: Any) -> Any:
 
 
 def claim_fields(
-    device: Mapping[str, Any], owner: str, claim: Mapping[str, Any], tenant_id: int | None
+    device: Mapping[str, Any], owner: str, claim: DeviceClaim, tenant_id: int | None
 ) -> dict[str, Any]:
     """The one write that claims a device: owner, what it was before, and the claim's status and tenant.
 
@@ -135,9 +138,9 @@ def claim_fields(
     """
     previous = Previous.of(device)
     return {
-        "status": claim.get("status") or "active",
+        "status": claim.status or "active",
         "tenant": tenant_id if tenant_id is not None else previous.tenant,
-        "description": claim.get("description") or previous.description,
+        "description": claim.description or previous.description,
         "custom_fields": {OWNER_FIELD: owner, PREVIOUS_FIELD: previous.encode()},
     }
 

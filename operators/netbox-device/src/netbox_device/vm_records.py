@@ -10,6 +10,7 @@ import ipaddress
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from capfleet.api.netbox import NetboxVirtualMachineSpec, VirtualMachineInterface
 from netbox_device.selection import OWNER_FIELD, value_of
 
 VMINTERFACE = "virtualization.vminterface"
@@ -21,20 +22,20 @@ def created_mark(owner: str) -> str:
     return f"capfleet: {owner}"
 
 
-def vm_fields(spec: Mapping[str, Any], owner: str, ids: Mapping[str, int | None]) -> dict[str, Any]:
+def vm_fields(spec: NetboxVirtualMachineSpec, owner: str, ids: Mapping[str, int | None]) -> dict[str, Any]:
     """The VM as the spec wants it; `ids` resolves cluster, role, tenant and site to NetBox ids."""
-    disk = spec.get("diskGiB")
+    disk = spec.disk_gib
     return {
-        "name": spec["name"],
-        "status": spec.get("status") or "active",
+        "name": spec.name,
+        "status": spec.status or "active",
         "cluster": ids.get("cluster"),
         "role": ids.get("role"),
         "tenant": ids.get("tenant"),
         "site": ids.get("site"),
-        "vcpus": spec.get("vcpus"),
-        "memory": spec.get("memoryMiB"),
+        "vcpus": spec.vcpus,
+        "memory": spec.memory_mib,
         "disk": disk * 1024 if disk else None,  # NetBox ≥ 4.1 counts disk in MB
-        "description": spec.get("description") or "",
+        "description": spec.description or "",
         "custom_fields": {OWNER_FIELD: owner},
     }
 
@@ -66,11 +67,11 @@ def host(address: str) -> str:
     return str(ipaddress.ip_interface(address).ip)
 
 
-def primaries(interfaces: Sequence[Mapping[str, Any]]) -> tuple[str | None, str | None]:
+def primaries(interfaces: Sequence[VirtualMachineInterface]) -> tuple[str | None, str | None]:
     """The spec's first IPv4 and first IPv6 address, in interface order."""
     v4 = v6 = None
     for interface in interfaces:
-        for address in interface.get("addresses") or []:
+        for address in interface.addresses:
             version = ipaddress.ip_interface(address).version
             if version == 4 and v4 is None:
                 v4 = address

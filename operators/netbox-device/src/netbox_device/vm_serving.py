@@ -9,56 +9,53 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from capfleet import conditions, errors, pausing
+from capfleet import conditions, errors, pausing, reconciling
 from capfleet.api import kinds
+from capfleet.api.netbox import NetboxVirtualMachine
 from capfleet.conditions import Update
-from netbox_device import registering, reporting, selection
-from netbox_device.device_claims import Context, for_move
+from netbox_device import contexts, registering
+from netbox_device.contexts import Context, record
 
 RESOURCE = kinds.NETBOX_VIRTUAL_MACHINE.resource
 
 
-def registered_status(body: Mapping[str, Any], vm_id: int) -> dict[str, Any]:
+def registered(vm_id: int) -> tuple[dict[str, Any], Update]:
+    """The status fields of the registered VM, and the Ready that names it."""
     ready = Update.true(conditions.READY, "Registered", f"virtual machine #{vm_id} in NetBox")
-    return reporting.status_with(body, {"virtualMachineID": vm_id}, pausing.condition(False), ready)
+    return {"virtualMachineID": vm_id}, ready
 
 
-async def reconcile(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
-    meta = body["metadata"]
-    if pausing.hands_off(meta):
-        return reporting.status_with(body, {}, pausing.condition(True))
-    nb = await ctx.clients.machines(ctx.kube, body)
-    vm_id = await registering.register(
-        nb, body.get("spec") or {}, selection.owner_of(ctx.settings.instance, meta)
-    )
-    return registered_status(body, vm_id)
+async def register(ctx: Context, vm: NetboxVirtualMachine) -> tuple[dict[str, Any], Update]:
+    nb = await ctx.machines(vm)
+    return registered(await registering.register(nb, vm.spec, ctx.owner(vm)))
 
 
 async def serve(ctx: Context, body: Mapping[str, Any]) -> None:
-    await reporting.serve(ctx.kube, ctx.recorder, RESOURCE, body, reconcile(ctx, body))
+    vm = kinds.NETBOX_VIRTUAL_MACHINE.parse(body)
+    await contexts.serve(ctx, RESOURCE, body, lambda: register(ctx, vm), "Registered")
+
+
+def has_status(vm: NetboxVirtualMachine) -> bool:
+    return vm.status is not None and bool(vm.status.virtual_machine_id or vm.status.conditions)
 
 
 async def repair(ctx: Context, body: Mapping[str, Any]) -> None:
     """Rebuild a wiped status from the VM the owner field names."""
-    meta, status = body["metadata"], body.get("status") or {}
-    if meta.get("deletionTimestamp") or status.get("virtualMachineID") or status.get("conditions"):
-        return
-    if pausing.hands_off(meta):
+    vm = kinds.NETBOX_VIRTUAL_MACHINE.parse(body)
+    if vm.metadata.get("deletionTimestamp") or has_status(vm) or reconciling.paused_or_moving(body):
         return
     try:
-        nb = await ctx.clients.machines(ctx.kube, body)
-        vm = await registering.held(nb, selection.owner_of(ctx.settings.instance, meta))
+        found = await registering.held(await ctx.machines(vm), ctx.owner(vm))
     except errors.CapfleetError:
         return  # NetBox cannot tell now; the register handler reports why and retries
-    if vm is not None:
-        await reporting.write_status(ctx.kube, RESOURCE, body, registered_status(body, int(vm["id"])))
+    if found is not None:
+        await record(reconciling.Recorder(ctx, RESOURCE, body, None), *registered(int(found["id"])))
 
 
 async def release(ctx: Context, body: Mapping[str, Any]) -> None:
-    meta = body["metadata"]
-    if for_move(meta):
+    vm = kinds.NETBOX_VIRTUAL_MACHINE.parse(body)
+    if pausing.moving(vm.metadata):
         return
-    if pausing.annotated(meta):
+    if pausing.annotated(vm.metadata):
         raise errors.Waiting("paused: the VM is deregistered once the object is unpaused", reason="Paused")
-    nb = await ctx.clients.machines(ctx.kube, body)
-    await registering.deregister(nb, selection.owner_of(ctx.settings.instance, meta))
+    await registering.deregister(await ctx.machines(vm), ctx.owner(vm))

@@ -17,6 +17,7 @@ from capfleet.api.base import (
     URL_MAX,
     Conditions,
     CustomObject,
+    GuestInterface,
     LocalObjectReference,
     MACAddress,
     Model,
@@ -81,8 +82,19 @@ class BaremetalInstanceSpec(Model):
     user_data_secret_ref: SecretKeyReference = Field(
         description="Secret key holding the user-data (CAPI's bootstrap data Secret, key value)."
     )
+    interfaces: list[GuestInterface] = Field(
+        default_factory=list,
+        max_length=16,
+        description="The server's NICs as its OS configures them (network-config v2); DHCP when empty.",
+    )
     network_data: dict[str, Any] | None = Field(
-        default=None, description="Network configuration (cloud-init network-config v2) served with the seed."
+        default=None,
+        description="A whole cloud-init network-config v2 served as-is, instead of one from interfaces.",
+    )
+    meta_data: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=32,
+        description="Extra NoCloud meta-data keys (instance-id, local-hostname and provider-id win).",
     )
     provider_id: str | None = Field(
         default=None,

@@ -134,6 +134,26 @@ Conditions = Annotated[
 ]
 
 
+IFNAME_MAX = 15  # Linux interface names (IFNAMSIZ - 1)
+
+
+class GuestInterface(Model):
+    """A NIC as the guest OS sees it: cloud-init matches it by MAC and names it `name`."""
+
+    name: str | None = Field(
+        default=None,
+        max_length=IFNAME_MAX,
+        pattern=DNS_LABEL_PATTERN,
+        description="Interface name in the guest (the HybridMachine interface's name); eth<index> if unset.",
+    )
+    mac_address: MACAddress = Field(description="MAC address; deterministic, chosen by the creator.")
+    addresses: list[CIDR] = Field(
+        default_factory=list, max_length=8, description="Static addresses with prefix length; DHCP if empty."
+    )
+    gateway: IPAddress | None = Field(default=None, description="Default gateway on this NIC.")
+    nameservers: list[IPAddress] = Field(default_factory=list, max_length=8, description="DNS servers.")
+
+
 class LocalObjectReference(Model):
     """A reference to an object in the same namespace, by name."""
 

@@ -12,15 +12,13 @@ from typing import Literal
 from pydantic import ConfigDict, Field
 
 from capfleet.api.base import (
-    CIDR,
     DNS_SUBDOMAIN_PATTERN,
     LABEL_VALUE_MAX,
     NAME_MAX,
     Conditions,
     CustomObject,
-    IPAddress,
+    GuestInterface,
     LabelSelector,
-    MACAddress,
     Model,
     SecretKeyReference,
     cel,
@@ -140,7 +138,7 @@ class VMDisk(Model):
     )
 
 
-class VMInterface(Model):
+class VMInterface(GuestInterface):
     """A NIC of a VM: on a host bridge, on a libvirt network, or QEMU user-mode networking."""
 
     model_config = ConfigDict(
@@ -160,12 +158,6 @@ class VMInterface(Model):
     user_mode: bool = Field(
         default=False, description="QEMU user-mode networking: no host bridge; for tests and isolated VMs."
     )
-    mac_address: MACAddress = Field(description="MAC address; deterministic, chosen by the creator.")
-    addresses: list[CIDR] = Field(
-        default_factory=list, max_length=8, description="Static addresses with prefix length; DHCP if empty."
-    )
-    gateway: IPAddress | None = Field(default=None, description="Default gateway on this NIC.")
-    nameservers: list[IPAddress] = Field(default_factory=list, max_length=8, description="DNS servers.")
 
 
 class CloudInit(Model):

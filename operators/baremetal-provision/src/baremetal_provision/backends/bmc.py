@@ -1,11 +1,11 @@
-"""One server's BMC behind a small Protocol (power, one boot device, facts), with a Redfish implementation
-(IPMI's is in ipmi.py).
+"""A server's BMC: addresses checked before any call, the Redfish implementation of `base.BMC`, and
+`connect`, which picks Redfish or IPMI (ipmi.py) by the address.
 
-The provisioning logic deals only in `BMC` and capfleet's errors; sushy and pyghmi (synchronous) are
+The provisioning logic deals only in `base.BMC` and capfleet's errors; sushy and pyghmi (synchronous) are
 called off the event loop, each call timed in capfleet's backend-call histogram (backend `redfish` or
 `ipmi`, operation, outcome), and `wire_error` is the one place where their exceptions become capfleet
-errors, so a wrong password reads `AuthenticationFailed` everywhere and never a stack trace. Addresses
-are checked before any BMC is called.
+errors (the IPMI half lives with its backend), so a wrong password reads `AuthenticationFailed`
+everywhere and never a stack trace.
 """
 
 from __future__ import annotations
@@ -15,78 +15,29 @@ import contextlib
 import os
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 import sushy
-from pyghmi import exceptions as ipmi_errors
 from sushy import auth as sushy_auth
 from sushy import connector as sushy_connector
 from sushy import exceptions as sushy_errors
 
+from baremetal_provision.backends import ipmi
+from baremetal_provision.backends.base import (
+    BMC,
+    IPMI_PORT,
+    SYSTEMS_PREFIX,
+    Address,
+    BootDevice,
+    Credentials,
+    IpmiAddress,
+    PowerState,
+    SystemFacts,
+)
 from capfleet import errors, metrics
 
 T = TypeVar("T")
-PowerState = Literal["On", "Off", "Unknown"]
-BootDevice = Literal["pxe", "disk", "other"]
-SYSTEMS_PREFIX = "/redfish/v1/Systems/"
-IPMI_PORT = 623
-# pyghmi's messages for a refused login (RAKP status codes) and for a BMC that never answered.
-_IPMI_AUTH_FAILURES = ("Unauthorized name", "Incorrect password", "Invalid integrity check value")
-_IPMI_TIMEOUTS = ("timeout", "Session failed to initialize", "Unable to establish")
-
-
-@dataclass(frozen=True)
-class SystemFacts:
-    """What the BMC reports about the server."""
-
-    power_state: PowerState
-    boot_device: BootDevice
-    boot_override: str
-    """`Disabled`, `Once` or `Continuous` (a "Once" may stick as "Continuous" on real BMCs)."""
-    uuid: str | None = None
-    serial: str | None = None
-
-
-class BMC(Protocol):
-    """Power and boot control of one server. Every method raises `capfleet.errors.CapfleetError`:
-    `BackendRejected` (reason AuthenticationFailed, SystemNotFound, ...) when only a fix helps,
-    `BackendUnavailable` when the BMC is unreachable or failing."""
-
-    async def facts(self) -> SystemFacts:
-        """The server's power state and boot override, read fresh."""
-        ...
-
-    async def power_on(self) -> None: ...
-
-    async def power_off(self, *, force: bool) -> None:
-        """Ask the OS to shut down (`force=False`, may be ignored) or cut the power (`force=True`)."""
-        ...
-
-    async def set_boot_device(self, device: Literal["pxe", "disk"], *, once: bool) -> None: ...
-
-    async def close(self) -> None: ...
-
-
-@dataclass(frozen=True)
-class Address:
-    """A parsed Redfish BMC address: where the service lives and which system it is."""
-
-    base_url: str
-    system_path: str
-
-
-@dataclass(frozen=True)
-class IpmiAddress:
-    """A parsed IPMI (RMCP+, UDP) BMC address."""
-
-    host: str
-    port: int = IPMI_PORT
-
-    @property
-    def url(self) -> str:
-        return f"ipmi://{self.host}:{self.port}"
 
 
 def parse_address(address: str) -> Address | IpmiAddress:
@@ -122,20 +73,10 @@ def _parse_ipmi(rest: str) -> IpmiAddress:
     return IpmiAddress(url.hostname, port)
 
 
-@dataclass(frozen=True)
-class Credentials:
-    username: str
-    password: str
-    ca_bundle: str | None = None
-
-    def __repr__(self) -> str:
-        return f"Credentials(username={self.username!r}, password=<hidden>)"
-
-
 def wire_error(exc: Exception, address: Address | IpmiAddress) -> errors.CapfleetError:
     """The capfleet error for a sushy (or requests) or pyghmi failure; messages never carry credentials."""
     if isinstance(address, IpmiAddress):
-        return _ipmi_error(exc, f"BMC {address.url}")
+        return ipmi.wire_error(exc, address)
     where = f"BMC {address.base_url}{address.system_path}"
     if isinstance(exc, sushy_errors.AccessError):
         return errors.BackendRejected(
@@ -159,19 +100,6 @@ def wire_error(exc: Exception, address: Address | IpmiAddress) -> errors.Capflee
     return errors.BackendUnavailable(f"{where}: {type(exc).__name__}", reason="BMCError")
 
 
-def _ipmi_error(exc: Exception, where: str) -> errors.CapfleetError:
-    text = str(exc)
-    if isinstance(exc, ipmi_errors.PyghmiException | OSError):
-        if any(failure in text for failure in _IPMI_AUTH_FAILURES):
-            return errors.BackendRejected(f"{where} refused the credentials", reason="AuthenticationFailed")
-        if isinstance(exc, OSError) or any(t.lower() in text.lower() for t in _IPMI_TIMEOUTS):
-            return errors.BackendUnavailable(f"{where} is unreachable", reason="BMCUnreachable")
-        if isinstance(exc, ipmi_errors.InvalidParameterValue | ipmi_errors.UnsupportedFunctionality):
-            return errors.BackendRejected(f"{where} rejected the request: {text}", reason="BMCRejected")
-        return errors.BackendUnavailable(f"{where} failed: {text}", reason="BMCError")
-    return errors.BackendUnavailable(f"{where}: {type(exc).__name__}", reason="BMCError")
-
-
 _POWER: dict[Any, PowerState] = {
     sushy.PowerState.ON: "On",
     sushy.PowerState.POWERING_OFF: "On",
@@ -182,7 +110,7 @@ _DEVICES: dict[Any, BootDevice] = {sushy.BootSource.PXE: "pxe", sushy.BootSource
 
 
 class RedfishBMC:
-    """`BMC` over Redfish with sushy: basic auth (session login fails on some BMCs), TLS verified unless
+    """`base.BMC` over Redfish with sushy: basic auth (session login fails on some BMCs), TLS verified unless
     `verify` is False, against `credentials.ca_bundle` when given."""
 
     def __init__(self, address: Address, credentials: Credentials, *, verify: bool = True) -> None:
@@ -259,7 +187,5 @@ def connect(address: str, credentials: Credentials, *, verify: bool, ipmi_cipher
     """The BMC at `address` (validated first; raises InvalidSpec); no request is made yet."""
     parsed = parse_address(address)
     if isinstance(parsed, IpmiAddress):
-        from baremetal_provision.backends.ipmi import IpmiBMC  # ipmi.py builds on this module
-
-        return IpmiBMC(parsed, credentials, cipher_suite=3 if ipmi_cipher_suite == 3 else 17)
+        return ipmi.IpmiBMC(parsed, credentials, cipher_suite=3 if ipmi_cipher_suite == 3 else 17)
     return RedfishBMC(parsed, credentials, verify=verify)

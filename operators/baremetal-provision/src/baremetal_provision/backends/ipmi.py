@@ -8,7 +8,7 @@ removed from that table here: otherwise the next `IpmiBMC` for the same BMC (the
 the stale, logged-out session and fails (TypeError) or waits forever.
 pyghmi proposes cipher suite 17 (SHA-256) and falls back to 3 (SHA-1) only on an error reply; BMCs that
 answer 17 with suite 3 (virtualbmc 3.3) then fail the login. `cipher_suite=3` skips the proposal of 17.
-Failures become capfleet errors in `bmc.wire_error`, like Redfish's.
+Failures become capfleet errors in `wire_error` here (the IPMI half of `bmc.wire_error`).
 """
 
 from __future__ import annotations
@@ -19,15 +19,34 @@ import threading
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
+from pyghmi import exceptions as ipmi_errors
 from pyghmi.ipmi import command as ipmi_command
 from pyghmi.ipmi.private import session as ipmi_session
 
-from baremetal_provision.backends import bmc
-from capfleet import metrics
+from baremetal_provision.backends.base import BootDevice, Credentials, IpmiAddress, SystemFacts
+from capfleet import errors, metrics
 
 T = TypeVar("T")
 CipherSuite = Literal[3, 17]
-_DEVICES: dict[str, bmc.BootDevice] = {"network": "pxe", "hd": "disk"}
+_DEVICES: dict[str, BootDevice] = {"network": "pxe", "hd": "disk"}
+# pyghmi's messages for a refused login (RAKP status codes) and for a BMC that never answered.
+_AUTH_FAILURES = ("Unauthorized name", "Incorrect password", "Invalid integrity check value")
+_TIMEOUTS = ("timeout", "Session failed to initialize", "Unable to establish")
+
+
+def wire_error(exc: Exception, address: IpmiAddress) -> errors.CapfleetError:
+    """The capfleet error for a pyghmi (or socket) failure; messages never carry credentials."""
+    where = f"BMC {address.url}"
+    text = str(exc)
+    if isinstance(exc, ipmi_errors.PyghmiException | OSError):
+        if any(failure in text for failure in _AUTH_FAILURES):
+            return errors.BackendRejected(f"{where} refused the credentials", reason="AuthenticationFailed")
+        if isinstance(exc, OSError) or any(t.lower() in text.lower() for t in _TIMEOUTS):
+            return errors.BackendUnavailable(f"{where} is unreachable", reason="BMCUnreachable")
+        if isinstance(exc, ipmi_errors.InvalidParameterValue | ipmi_errors.UnsupportedFunctionality):
+            return errors.BackendRejected(f"{where} rejected the request: {text}", reason="BMCRejected")
+        return errors.BackendUnavailable(f"{where} failed: {text}", reason="BMCError")
+    return errors.BackendUnavailable(f"{where}: {type(exc).__name__}", reason="BMCError")
 
 
 class _Suite3Session(ipmi_session.Session):  # type: ignore[misc]
@@ -73,7 +92,7 @@ class IpmiBMC:
     """`BMC` for `ipmi://host[:port]`; `cipher_suite=3` for BMCs that cannot negotiate suite 17."""
 
     def __init__(
-        self, address: bmc.IpmiAddress, credentials: bmc.Credentials, *, cipher_suite: CipherSuite = 17
+        self, address: IpmiAddress, credentials: Credentials, *, cipher_suite: CipherSuite = 17
     ) -> None:
         self._address = address
         self._credentials = credentials
@@ -100,7 +119,7 @@ class IpmiBMC:
                     return work(self._session)
                 except Exception as exc:  # mapped in one place; the original is chained
                     self._drop()  # the next call logs in afresh
-                    raise bmc.wire_error(exc, self._address) from exc
+                    raise wire_error(exc, self._address) from exc
 
         return await asyncio.to_thread(run)
 
@@ -111,15 +130,15 @@ class IpmiBMC:
                 session.ipmi_session.logout()
             _forget(session.ipmi_session)
 
-    async def facts(self) -> bmc.SystemFacts:
-        def read(command: Any) -> bmc.SystemFacts:
+    async def facts(self) -> SystemFacts:
+        def read(command: Any) -> SystemFacts:
             power = command.get_power().get("powerstate")
             boot = command.get_bootdev()
             device = str(boot.get("bootdev", ""))
             override = "Disabled" if device in {"", "default"} else "Continuous"
             if override != "Disabled" and not boot.get("persistent", False):
                 override = "Once"
-            return bmc.SystemFacts(
+            return SystemFacts(
                 power_state="On" if power == "on" else "Off" if power == "off" else "Unknown",
                 boot_device=_DEVICES.get(device, "other"),
                 boot_override=override,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from capfleet import errors, netbox
+from capfleet.api.ipam import NetboxIPPoolSpec
 
 OWNER_FIELD = "capfleet_owner"
 
@@ -65,17 +66,11 @@ class Addressing(Protocol):
         """Raise unless the token works, the owner custom field is usable and every target exists."""
 
 
-def targets(spec: Mapping[str, Any]) -> list[Target]:
+def targets(spec: NetboxIPPoolSpec) -> list[Target]:
     """The pool's prefixes, then its IP ranges, in the order they are tried."""
-    found = [
-        Target("prefix", id=p.get("id"), cidr=p.get("cidr"), vrf=p.get("vrf"))
-        for p in spec.get("prefixes") or []
-    ]
+    found = [Target("prefix", id=p.id, cidr=p.cidr, vrf=p.vrf) for p in spec.prefixes]
     found += [
-        Target(
-            "range", id=r.get("id"), start=r.get("startAddress"), end=r.get("endAddress"), vrf=r.get("vrf")
-        )
-        for r in spec.get("ipRanges") or []
+        Target("range", id=r.id, start=r.start_address, end=r.end_address, vrf=r.vrf) for r in spec.ip_ranges
     ]
     return found
 

@@ -1,0 +1,52 @@
+"""What every baremetal-provision reconcile shares: the API client, the Event recorder, the settings and
+one lock per instance; and which Events its status writes post (none: `reporting` posts them).
+
+A `Context` is built for each reconcile from the operator-wide memo (`Context.from_memo`): what the
+runtime put there at startup, and the instance locks this operator creates at startup (kopf gives each
+object a shallow copy of memo, so anything shared must exist before the first object is handled). The
+lock keeps the timers and the change handlers from driving the same BMC at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from baremetal_provision.backends import bmc
+from baremetal_provision.backends.base import BMC, Credentials
+from baremetal_provision.settings import BaremetalSettings
+from capfleet import reconciling
+from capfleet.api import kinds
+from capfleet.api.base import Condition
+
+INSTANCES = kinds.BAREMETAL_INSTANCE.resource
+LOCKS_KEY = "instance_locks"
+
+
+@dataclass
+class Context(reconciling.Context):
+    settings: BaremetalSettings = reconciling.in_memo(reconciling.SETTINGS_KEY)
+    locks: dict[str, asyncio.Lock] = reconciling.in_memo(LOCKS_KEY)
+
+    async def announce(self, body: Mapping[str, Any], ready: Condition) -> None:
+        """Posts nothing on Ready's transitions: this operator's Events are its phases and errors
+        (`reporting`), and the Event recorder remembers one transition per object, so posting both would
+        alternate and repeat."""
+
+    def connect(self, address: str, credentials: Credentials, verify: bool) -> BMC:
+        return bmc.connect(
+            address, credentials, verify=verify, ipmi_cipher_suite=self.settings.ipmi_cipher_suite
+        )
+
+    def lock(self, meta: Mapping[str, Any]) -> asyncio.Lock:
+        return self.locks.setdefault(_key(meta), asyncio.Lock())
+
+    def forget(self, meta: Mapping[str, Any]) -> None:
+        """Drop a deleted instance's lock."""
+        self.locks.pop(_key(meta), None)
+
+
+def _key(meta: Mapping[str, Any]) -> str:
+    return f"{meta.get('namespace')}/{meta['name']}"

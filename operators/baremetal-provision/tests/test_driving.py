@@ -1,0 +1,249 @@
+"""One reconcile against a fake BMC and a fake API (no cluster): which actions reach the BMC in which
+order, which marks and status are written, and which Events are posted."""
+
+from __future__ import annotations
+
+import base64
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal, cast
+
+import pytest
+
+from baremetal_provision import markers, provisioning
+from baremetal_provision.backends.base import BMC, BootDevice, Credentials, PowerState, SystemFacts
+from baremetal_provision.contexts import Context
+from baremetal_provision.settings import BaremetalSettings
+from capfleet import errors, events, pausing
+from capfleet.api import kinds
+from capfleet.kube import Kube
+from capfleet.resources import Resource
+
+
+class FakeKube:
+    """What a reconcile asks of the API: Secrets, annotation and status patches, Events."""
+
+    field_manager = "capfleet-baremetal-provision"
+
+    def __init__(self, secrets: dict[str, dict[str, str]]) -> None:
+        self.secrets = secrets
+        self.annotations: dict[str, str] = {}
+        self.status: list[dict[str, Any]] = []
+        self.events: list[tuple[str, str]] = []
+
+    async def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        data = self.secrets.get(name)
+        return None if data is None else {"data": data}
+
+    async def patch(self, resource: Resource, name: str, patch: dict[str, Any], namespace: str) -> None:
+        self.annotations.update(patch["metadata"]["annotations"])
+
+    async def patch_status(
+        self, resource: Resource, name: str, patch: dict[str, Any], namespace: str
+    ) -> None:
+        self.status.append(patch)
+
+    async def create(self, resource: Resource, body: dict[str, Any], namespace: str) -> dict[str, Any]:
+        self.events.append((body["type"], body["reason"]))
+        return body
+
+
+class FakeBMC:
+    """A server whose power and boot device follow the requests at once."""
+
+    def __init__(self, power: PowerState = "Off", device: BootDevice = "disk", override: str = "Continuous"):
+        self.power, self.device, self.override = power, device, override
+        self.calls: list[str] = []
+        self.refuse: errors.CapfleetError | None = None
+
+    async def facts(self) -> SystemFacts:
+        if self.refuse is not None:
+            raise self.refuse
+        return SystemFacts(self.power, self.device, self.override)
+
+    async def power_on(self) -> None:
+        self.calls.append("power_on")
+        self.power = "On"
+
+    async def power_off(self, *, force: bool) -> None:
+        self.calls.append("power_off" if force else "shut_down")
+        self.power = "Off"
+
+    async def set_boot_device(self, device: Literal["pxe", "disk"], *, once: bool) -> None:
+        self.calls.append(f"boot_{device}_{'once' if once else 'persistent'}")
+        self.device, self.override = device, "Once" if once else "Continuous"
+
+    async def close(self) -> None:
+        self.calls.append("close")
+
+
+class FakeContext(Context):
+    server: FakeBMC
+
+    def connect(self, address: str, credentials: Credentials, verify: bool) -> BMC:
+        assert credentials == Credentials("admin", "secret")
+        return self.server
+
+
+def b64(value: str) -> str:
+    return base64.b64encode(value.encode()).decode()
+
+
+def context(server: FakeBMC, *, with_secret: bool = True) -> tuple[FakeContext, FakeKube]:
+    secrets = {"bm-bmc": {"username": b64("admin"), "password": b64("secret")}} if with_secret else {}
+    kube = FakeKube(secrets)
+    api = cast(Kube, kube)
+    ctx = FakeContext(api, events.Recorder(api), BaremetalSettings(), {})
+    ctx.server = server
+    return ctx, kube
+
+
+def body(annotations: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{kinds.BAREMETAL_GROUP}/{kinds.VERSION}",
+        "kind": "BaremetalInstance",
+        "metadata": {
+            "name": "bm",
+            "namespace": "ns",
+            "uid": "u1",
+            "annotations": {markers.TOKEN_SECRET: "s" * 64, **(annotations or {})},
+        },
+        "spec": {
+            "bmc": {"address": "ipmi://10.0.0.1", "credentialsSecretRef": {"name": "bm-bmc"}},
+            "bootMACAddress": "52:54:00:aa:bb:01",
+            "os": {"kernelURL": "http://h/k", "initrdURL": "http://h/i"},
+            "userDataSecretRef": {"name": "bm-bootstrap"},
+            **spec,
+        },
+    }
+
+
+def ago(seconds: int) -> str:
+    return (datetime.now(UTC) - timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def last(kube: FakeKube, key: str) -> Any:
+    """The last value written to status key `key`."""
+    return next(patch[key] for patch in reversed(kube.status) if key in patch)
+
+
+def condition(kube: FakeKube, type_: str) -> dict[str, Any]:
+    return next(c for c in last(kube, "conditions") if c["type"] == type_)
+
+
+async def test_a_new_instance_is_powered_off_then_network_booted_once() -> None:
+    server = FakeBMC(power="On")
+    ctx, kube = context(server)
+    await provisioning.reconcile(ctx, body())
+    assert server.calls == ["power_off", "boot_pxe_once", "power_on", "close"]
+    assert markers.NETWORK_BOOTED in kube.annotations
+    assert [p["phase"] for p in kube.status if "phase" in p] == ["PoweringOff", "NetworkBooting"]
+    assert kube.events == [("Normal", "PoweringOff"), ("Normal", "NetworkBooting")]
+    assert condition(kube, "BMCReachable")["reason"] == "Connected"
+    assert condition(kube, "Ready")["reason"] == "NetworkBooting"
+
+
+async def test_a_restart_while_network_booting_does_not_power_cycle_again() -> None:
+    server = FakeBMC(power="On", device="pxe", override="Once")
+    ctx, kube = context(server)
+    await provisioning.reconcile(ctx, body({markers.NETWORK_BOOTED: ago(10)}))
+    assert server.calls == ["close"]
+    assert last(kube, "phase") == "NetworkBooting"
+
+
+async def test_the_callback_puts_the_boot_device_back_on_disk_then_reports_provisioned() -> None:
+    server = FakeBMC(power="On", device="pxe", override="Once")
+    ctx, kube = context(server)
+    marks = {markers.NETWORK_BOOTED: ago(30), markers.SEED_FETCHED: ago(20), markers.CALLED_BACK: ago(1)}
+    await provisioning.reconcile(ctx, body(marks))
+    assert server.calls == ["boot_disk_persistent", "close"]
+    assert [p["phase"] for p in kube.status if "phase" in p] == ["Provisioned"]
+    assert kube.events == [("Normal", "Provisioned")]
+    assert condition(kube, "Ready")["status"] == "True"
+    assert condition(kube, "Provisioned")["reason"] == "InstallerCalledBack"
+
+
+async def test_online_false_shuts_a_provisioned_server_down() -> None:
+    server = FakeBMC(power="On")
+    ctx, _ = context(server)
+    await provisioning.reconcile(ctx, body({markers.CALLED_BACK: ago(1)}, online=False))
+    assert server.calls == ["shut_down", "close"]
+
+
+async def test_an_installer_that_never_calls_back_expires() -> None:
+    server = FakeBMC(power="On", device="pxe", override="Once")
+    ctx, kube = context(server)
+    await provisioning.reconcile(ctx, body({markers.NETWORK_BOOTED: ago(120)}, provisioningTimeoutSeconds=60))
+    assert server.calls == ["power_off", "boot_disk_persistent", "close"]
+    assert last(kube, "phase") == "Failed"
+    assert condition(kube, "Provisioned")["reason"] == "ProvisioningTimedOut"
+    assert "within 60s" in condition(kube, "Provisioned")["message"]
+    assert kube.events == [("Warning", "Failed")]
+
+
+async def test_a_paused_instance_is_left_alone() -> None:
+    server = FakeBMC(power="On")
+    ctx, kube = context(server)
+    await provisioning.reconcile(ctx, body({pausing.PAUSED_ANNOTATION: ""}))
+    assert server.calls == []
+    assert condition(kube, "Paused")["status"] == "True"
+    assert kube.events == []
+
+
+async def test_missing_credentials_are_reported_on_ready() -> None:
+    server = FakeBMC()
+    ctx, kube = context(server, with_secret=False)
+    with pytest.raises(errors.DependencyMissing):
+        await provisioning.reconcile(ctx, body())
+    assert server.calls == []
+    ready = condition(kube, "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "CredentialsMissing")
+    assert kube.events == [("Warning", "CredentialsMissing")]
+
+
+async def test_a_refusing_bmc_is_reported_on_bmc_reachable() -> None:
+    server = FakeBMC()
+    server.refuse = errors.BackendRejected("BMC refused the credentials", reason="AuthenticationFailed")
+    ctx, kube = context(server)
+    with pytest.raises(errors.BackendRejected):
+        await provisioning.reconcile(ctx, body())
+    assert condition(kube, "BMCReachable")["reason"] == "AuthenticationFailed"
+    assert condition(kube, "Ready")["reason"] == "AuthenticationFailed"
+
+
+async def test_deletion_network_boots_the_cleaner_and_waits_for_it() -> None:
+    server = FakeBMC(power="On")
+    ctx, kube = context(server)
+    deleted = body({markers.CALLED_BACK: ago(600)}, cleaning="metadata")
+    with pytest.raises(provisioning.CleaningInProgress):
+        await provisioning.deprovision(ctx, deleted)
+    assert server.calls == ["power_off", "boot_pxe_once", "power_on", "close"]
+    assert markers.CLEANING_BOOTED in kube.annotations
+    assert kube.events == [("Normal", "Cleaning")]
+
+
+async def test_deletion_after_cleaning_powers_off_and_boots_from_disk() -> None:
+    server = FakeBMC(power="On", device="pxe", override="Once")
+    ctx, kube = context(server)
+    marks = {markers.CALLED_BACK: ago(600), markers.CLEANING_BOOTED: ago(60), markers.CLEANED: ago(1)}
+    await provisioning.deprovision(ctx, body(marks, cleaning="metadata"))
+    assert server.calls == ["shut_down", "boot_disk_persistent", "close"]
+    assert last(kube, "phase") == "Deprovisioning"
+    assert kube.events == [("Normal", "Deprovisioning")]
+    assert ctx.locks == {}
+
+
+async def test_a_cleaner_that_never_calls_back_is_given_up_on() -> None:
+    server = FakeBMC(power="On", device="pxe", override="Once")
+    ctx, kube = context(server)
+    marks = {markers.CALLED_BACK: ago(600), markers.CLEANING_BOOTED: ago(120)}
+    await provisioning.deprovision(ctx, body(marks, cleaning="metadata", provisioningTimeoutSeconds=60))
+    assert server.calls == ["shut_down", "boot_disk_persistent", "close"]
+    assert kube.events == [("Warning", "CleaningTimedOut"), ("Normal", "Deprovisioning")]
+
+
+async def test_deletion_for_a_move_leaves_the_server_alone() -> None:
+    server = FakeBMC(power="On")
+    ctx, kube = context(server)
+    await provisioning.deprovision(ctx, body({pausing.DELETE_FOR_MOVE_ANNOTATION: ""}, cleaning="metadata"))
+    assert server.calls == []
+    assert kube.status == []

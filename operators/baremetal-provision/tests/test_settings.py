@@ -1,0 +1,65 @@
+"""baremetal-provision's settings keep their environment variable names, and bad values are refused at
+startup (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from baremetal_provision.settings import BaremetalSettings
+
+
+def test_defaults() -> None:
+    settings = BaremetalSettings.load({})
+    assert (settings.listen_host, settings.listen_port) == ("0.0.0.0", 8081)
+    assert settings.boot_url is None
+    assert settings.files_dir is None
+    assert (settings.shutdown_seconds, settings.power_wait_seconds) == (60.0, 30.0)
+    assert settings.ipmi_cipher_suite == 17
+
+
+def test_every_variable_keeps_its_name() -> None:
+    assert BaremetalSettings.variables() == {
+        "boot_listen": "CAPFLEET_BOOT_LISTEN",
+        "boot_url": "CAPFLEET_BOOT_URL",
+        "files_dir": "CAPFLEET_BOOT_FILES_DIR",
+        "shutdown_seconds": "CAPFLEET_BMC_SHUTDOWN_SECONDS",
+        "power_wait_seconds": "CAPFLEET_BMC_POWER_WAIT_SECONDS",
+        "ipmi_cipher_suite": "CAPFLEET_IPMI_CIPHER_SUITE",
+    }
+
+
+def test_values_are_read_from_the_environment() -> None:
+    settings = BaremetalSettings.load(
+        {
+            "CAPFLEET_BOOT_LISTEN": "127.0.0.1:9000",
+            "CAPFLEET_BOOT_URL": "http://10.0.0.1:9000",
+            "CAPFLEET_BOOT_FILES_DIR": "/srv/boot",
+            "CAPFLEET_BMC_SHUTDOWN_SECONDS": "3",
+            "CAPFLEET_BMC_POWER_WAIT_SECONDS": "20",
+            "CAPFLEET_IPMI_CIPHER_SUITE": "3",
+        }
+    )
+    assert (settings.listen_host, settings.listen_port) == ("127.0.0.1", 9000)
+    assert settings.boot_url == "http://10.0.0.1:9000"
+    assert settings.files_dir == "/srv/boot"
+    assert (settings.shutdown_seconds, settings.power_wait_seconds) == (3.0, 20.0)
+    assert settings.ipmi_cipher_suite == 3
+
+
+def test_a_listen_address_without_host_listens_everywhere() -> None:
+    settings = BaremetalSettings.load({"CAPFLEET_BOOT_LISTEN": ":8082"})
+    assert (settings.listen_host, settings.listen_port) == ("0.0.0.0", 8082)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("CAPFLEET_IPMI_CIPHER_SUITE", "5"),
+        ("CAPFLEET_BOOT_LISTEN", "0.0.0.0"),
+        ("CAPFLEET_BOOT_LISTEN", "0.0.0.0:99999"),
+        ("CAPFLEET_BMC_SHUTDOWN_SECONDS", "soon"),
+    ],
+)
+def test_a_bad_value_names_its_variable(variable: str, value: str) -> None:
+    with pytest.raises(ValueError, match=variable):
+        BaremetalSettings.load({variable: value})

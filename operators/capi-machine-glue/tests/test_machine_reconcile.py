@@ -1,0 +1,222 @@
+"""A HybridMachine's reconcile against an in-memory API: children built typed, steps folded into status.
+
+The integration suites run the same flows on a real control plane; these pin the glue's own decisions
+(what it creates, in which order, what it records) in milliseconds.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from capfleet import errors, resources
+from capfleet.api import kinds
+from capfleet.api.baremetal import BaremetalInstanceSpec
+from capfleet.api.libvirt import LibvirtVMSpec
+from capfleet.resources import Resource
+from capi_machine_glue import machines
+from capi_machine_glue.contexts import Context
+from capi_machine_glue.settings import GlueSettings
+from capi_machine_glue.wakeups import Wakeups
+
+NS = "ns"
+POOL = {"apiGroup": "ipam.capfleet.dev", "kind": "IPPool", "name": "v4"}
+READY = {"type": "Ready", "status": "True", "reason": "Ready", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+VM = {
+    "vm": {"vcpus": 1, "memoryMiB": 512, "disks": [{"sizeGiB": 1, "image": "base"}]},
+    "network": {"interfaces": [{"name": "eth0", "bridge": "br0", "ipPoolRefs": [POOL]}]},
+}
+METAL = {
+    "baremetal": {"osProfile": {"kernelURL": "http://b/k", "initrdURL": "http://b/i"}},
+    "network": {"interfaces": [{"name": "eno1", "ipPoolRefs": [POOL]}]},
+}
+Obj = dict[str, Any]
+
+
+def _merge(target: Obj, patch: Obj) -> None:
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+
+
+class FakeKube:
+    """The few API calls the glue makes, on a dict; deletion waits while finalizers remain."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str], Obj] = {}
+        self.created: list[str] = []
+
+    def put(self, resource: Resource, body: Obj) -> None:
+        meta = body.setdefault("metadata", {})
+        meta.setdefault("namespace", NS)
+        meta.setdefault("uid", f"uid-{resource.plural}-{meta['name']}")
+        body.setdefault("apiVersion", resource.api_version)
+        body.setdefault("kind", resource.kind)
+        self.objects[(resource.plural, meta["name"])] = body
+
+    def obj(self, resource: Resource, name: str) -> Obj:
+        return self.objects[(resource.plural, name)]
+
+    async def get(self, resource: Resource, name: str, namespace: str | None = None) -> Obj | None:
+        return copy.deepcopy(self.objects.get((resource.plural, name)))
+
+    async def create_or_get(self, resource: Resource, body: Obj, namespace: str | None = None) -> Any:
+        key = (resource.plural, body["metadata"]["name"])
+        if key not in self.objects:
+            self.put(resource, copy.deepcopy(body))
+            self.created.append(f"{resource.kind}/{key[1]}")
+        return copy.deepcopy(self.objects[key]), True
+
+    async def patch(self, resource: Resource, name: str, patch: Obj, namespace: str | None = None) -> Obj:
+        _merge(self.obj(resource, name), patch)
+        return self.obj(resource, name)
+
+    async def patch_status(
+        self, resource: Resource, name: str, patch: Obj, namespace: str | None = None
+    ) -> None:
+        _merge(self.obj(resource, name).setdefault("status", {}), patch)
+
+    async def delete(self, resource: Resource, name: str, namespace: str | None = None) -> None:
+        found = self.obj(resource, name)
+        if found["metadata"].get("finalizers"):
+            found["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        else:
+            del self.objects[(resource.plural, name)]
+
+    def bind_claims(self) -> None:
+        for (plural, name), claim in list(self.objects.items()):
+            if plural == resources.IP_ADDRESS_CLAIMS.plural and not claim.get("status"):
+                claim["status"] = {"addressRef": {"name": name}, "conditions": [READY]}
+                spec = {"claimRef": {"name": name}, "poolRef": POOL, "address": "10.0.0.7", "prefix": 24}
+                self.put(
+                    resources.IP_ADDRESSES,
+                    {"metadata": {"name": name}, "spec": {**spec, "gateway": "10.0.0.1"}},
+                )
+
+
+class Events:
+    async def transition(self, body: Any, kind: str, reason: str, message: str) -> None:
+        pass
+
+
+@pytest.fixture
+def api() -> FakeKube:
+    api = FakeKube()
+    infrastructure = {"apiGroup": kinds.INFRASTRUCTURE_GROUP, "kind": "HybridCluster", "name": "c1"}
+    initialization = {"infrastructureProvisioned": True, "controlPlaneInitialized": True}
+    api.put(
+        resources.CAPI_CLUSTERS,
+        {
+            "metadata": {"name": "c1"},
+            "spec": {"infrastructureRef": infrastructure},
+            "status": {"initialization": initialization},
+        },
+    )
+    hybrid_cluster = {
+        "controlPlaneEndpoint": {"host": "10.0.0.5", "port": 6443},
+        "netbox": {"connectionSecretRef": {"name": "netbox"}},
+        "baremetal": {"bmcCredentialsSecretRef": {"name": "bmc"}, "bmcAddressTemplate": "ipmi://{address}"},
+    }
+    api.put(kinds.HYBRID_CLUSTER.resource, {"metadata": {"name": "c1"}, "spec": hybrid_cluster})
+    return api
+
+
+def machine(api: FakeKube, name: str, spec: Obj) -> None:
+    labels = {"cluster.x-k8s.io/cluster-name": "c1"}
+    machine_spec = {"clusterName": "c1", "bootstrap": {"dataSecretName": f"{name}-data"}}
+    api.put(resources.CAPI_MACHINES, {"metadata": {"name": name, "labels": labels}, "spec": machine_spec})
+    owner = {"apiVersion": resources.CAPI_MACHINES.api_version, "kind": "Machine", "name": name, "uid": "m"}
+    meta = {"name": name, "labels": labels, "ownerReferences": [owner]}
+    api.put(kinds.HYBRID_MACHINE.resource, {"metadata": meta, "spec": spec})
+
+
+def context(api: FakeKube) -> Context:
+    return Context(api, Events(), GlueSettings(deletion_poll_seconds=0.5), Wakeups())  # type: ignore[arg-type]
+
+
+def conditions(api: FakeKube, name: str) -> dict[str, str]:
+    found = api.obj(kinds.HYBRID_MACHINE.resource, name)["status"]["conditions"]
+    return {c["type"]: c["reason"] for c in found}
+
+
+async def test_a_vm_machine_gets_its_address_then_a_typed_vm_and_follows_it(api: FakeKube) -> None:
+    machine(api, "cp-0", VM)
+    ctx = context(api)
+    await machines.reconcile(ctx, NS, "cp-0")
+    assert api.created == ["IPAddressClaim/cp-0-eth0-0"]
+    assert conditions(api, "cp-0")["AddressesAllocated"] == "Pending"
+
+    api.bind_claims()
+    await machines.reconcile(ctx, NS, "cp-0")
+    vm = LibvirtVMSpec.model_validate(api.obj(kinds.LIBVIRT_VM.resource, "cp-0")["spec"])
+    assert [(nic.name, nic.addresses, nic.gateway) for nic in vm.interfaces] == [
+        ("eth0", ["10.0.0.7/24"], "10.0.0.1")
+    ]
+    assert vm.cloud_init.meta_data["control-plane-endpoint-host"] == "10.0.0.5"
+    assert conditions(api, "cp-0")["VMProvisioned"] == "Pending"
+
+    vm_status = {"hypervisorName": "hv", "providerID": "capfleet://vm/hv/ns-cp-0", "conditions": [READY]}
+    api.obj(kinds.LIBVIRT_VM.resource, "cp-0")["status"] = vm_status
+    await machines.reconcile(ctx, NS, "cp-0")
+    hybrid = api.obj(kinds.HYBRID_MACHINE.resource, "cp-0")
+    assert hybrid["spec"]["providerID"] == "capfleet://vm/hv/ns-cp-0"
+    assert hybrid["status"]["hypervisorName"] == "hv"
+    assert hybrid["status"]["initialization"] == {"provisioned": True}
+    assert conditions(api, "cp-0")["Ready"] == "Ready"
+
+
+async def test_a_server_boots_with_its_interfaces_and_an_unknown_one_is_recorded(api: FakeKube) -> None:
+    machine(api, "w-0", METAL)
+    ctx = context(api)
+    await machines.reconcile(ctx, NS, "w-0")
+    api.bind_claims()
+    device = {
+        "deviceID": 7,
+        "name": "srv-7",
+        "bmcAddress": "10.9.0.7",
+        "interfaces": [{"name": "eno1", "macAddress": "52:54:00:aa:bb:07"}],
+        "conditions": [READY],
+    }
+    api.obj(kinds.NETBOX_DEVICE.resource, "w-0")["status"] = device
+    await machines.reconcile(ctx, NS, "w-0")
+    instance = BaremetalInstanceSpec.model_validate(api.obj(kinds.BAREMETAL_INSTANCE.resource, "w-0")["spec"])
+    assert [(nic.name, nic.mac_address, nic.addresses) for nic in instance.interfaces] == [
+        ("eno1", "52:54:00:aa:bb:07", ["10.0.0.7/24"])
+    ]
+    assert instance.meta_data["control-plane-endpoint-port"] == "6443"
+    assert instance.network_data is None
+    assert api.obj(kinds.HYBRID_MACHINE.resource, "w-0")["status"]["deviceID"] == 7
+
+    machine(api, "w-1", {**METAL, "network": {"interfaces": [{"name": "eno9"}]}})
+    await machines.reconcile(ctx, NS, "w-1")
+    api.obj(kinds.NETBOX_DEVICE.resource, "w-1")["status"] = device
+    with pytest.raises(errors.InvalidSpec, match="no interface eno9"):
+        await machines.reconcile(ctx, NS, "w-1")
+    assert conditions(api, "w-1")["ServerProvisioned"] == "UnknownInterface"
+
+
+async def test_deletion_takes_the_server_first_and_polls_at_the_setting(api: FakeKube) -> None:
+    machine(api, "w-0", METAL)
+    ctx = context(api)
+    await machines.reconcile(ctx, NS, "w-0")
+    owner = api.obj(kinds.HYBRID_MACHINE.resource, "w-0")
+    instance_meta = {
+        "name": "w-0",
+        "finalizers": ["x"],
+        "ownerReferences": [{"uid": owner["metadata"]["uid"]}],
+    }
+    api.put(kinds.BAREMETAL_INSTANCE.resource, {"metadata": instance_meta, "spec": {}})
+    with pytest.raises(machines.ChildrenRemaining, match="BaremetalInstance w-0") as waiting:
+        await machines.delete(ctx, owner)
+    assert waiting.value.delay(0) == 0.5
+    assert (kinds.NETBOX_DEVICE.resource.plural, "w-0") in api.objects
+    del api.objects[(kinds.BAREMETAL_INSTANCE.resource.plural, "w-0")]
+    with pytest.raises(machines.ChildrenRemaining, match="NetboxDevice w-0, IPAddressClaim w-0-eno1-0"):
+        await machines.delete(ctx, owner)
+    await machines.delete(ctx, owner)

@@ -1,0 +1,105 @@
+"""The glue's settings keep their variable names, its context comes from memo, and its loops and
+deletions back off by the fleet's one retry policy."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import Any
+
+import pytest
+
+from capfleet import errors, events, kube, reconciling
+from capi_machine_glue import loops
+from capi_machine_glue.contexts import WAKEUPS_KEY, Context
+from capi_machine_glue.machines import ChildrenRemaining
+from capi_machine_glue.settings import GlueSettings
+from capi_machine_glue.wakeups import HYBRID_MACHINE, Key, Wakeups
+
+KEY = Key(HYBRID_MACHINE, "ns", "m")
+
+
+def test_settings_keep_their_variable_names() -> None:
+    assert GlueSettings.load({}) == GlueSettings(resync_seconds=60.0, deletion_poll_seconds=2.0)
+    loaded = GlueSettings.load(
+        {"CAPFLEET_GLUE_RESYNC_SECONDS": "600", "CAPFLEET_GLUE_DELETION_POLL_SECONDS": "0.5"}
+    )
+    assert loaded == GlueSettings(resync_seconds=600.0, deletion_poll_seconds=0.5)
+    with pytest.raises(ValueError, match="CAPFLEET_GLUE_RESYNC_SECONDS"):
+        GlueSettings.load({"CAPFLEET_GLUE_RESYNC_SECONDS": "soon"})
+
+
+def test_the_context_comes_from_what_startup_put_in_memo() -> None:
+    client = kube.Kube.__new__(kube.Kube)
+    memo: dict[str, Any] = {
+        reconciling.KUBE_KEY: client,
+        reconciling.EVENTS_KEY: events.Recorder(client),
+        reconciling.SETTINGS_KEY: GlueSettings(resync_seconds=5.0),
+    }
+    with pytest.raises(RuntimeError, match="no Wakeups"):
+        Context.from_memo(memo)
+    memo[WAKEUPS_KEY] = Wakeups()
+    ctx = Context.from_memo(memo)
+    assert ctx.settings.resync_seconds == 5.0
+    assert ctx.wakeups is memo[WAKEUPS_KEY]
+
+
+def test_deletion_polls_at_the_setting_then_backs_off() -> None:
+    remaining = ChildrenRemaining("waiting", poll_seconds=0.5)
+    assert [remaining.delay(retry) for retry in range(6)] == [0.5, 1.0, 2.0, 4.0, 8.0, 10.0]
+    assert errors.to_kopf(remaining, 1).delay == 1.0  # type: ignore[union-attr]
+
+
+def test_a_failed_reconcile_is_retried_by_its_errors_policy() -> None:
+    waiting = errors.Waiting("later")
+    assert loops.as_capfleet_error(waiting, KEY) == (waiting, "retry")
+    invalid = errors.InvalidSpec("never")
+    assert loops.as_capfleet_error(invalid, KEY) == (invalid, "permanent")
+    api, result = loops.as_capfleet_error(kube.KubeError(500, "InternalError", "etcd"), KEY)
+    assert result == "error"
+    assert isinstance(api, errors.BackendUnavailable)
+    bug, result = loops.as_capfleet_error(KeyError("x"), KEY)
+    assert result == "error"
+    assert bug.delay(0) == errors.BackendUnavailable("x").delay(0)
+
+
+class Stop:
+    """Stops the loop after `rounds` sleeps."""
+
+    def __init__(self, rounds: int) -> None:
+        self.rounds = rounds
+
+    def __bool__(self) -> bool:
+        return self.rounds <= 0
+
+    def wait(self, timeout: float | None = None) -> Awaitable[Any]:
+        return asyncio.Event().wait()
+
+
+async def test_the_loop_sleeps_for_the_errors_backoff_and_the_resync_otherwise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ctx = Context(None, None, GlueSettings(resync_seconds=60.0), Wakeups())  # type: ignore[arg-type]
+    stop = Stop(4)
+    slept: list[float] = []
+
+    async def sleep(event: asyncio.Event, stopped: Any, seconds: float) -> None:
+        slept.append(seconds)
+        stop.rounds -= 1
+
+    outcomes: list[Exception | None] = [
+        errors.Waiting("a"),
+        errors.Waiting("b"),
+        errors.InvalidSpec("c"),
+        None,
+    ]
+
+    async def reconcile() -> None:
+        outcome = outcomes.pop(0)
+        if outcome is not None:
+            raise outcome
+
+    monkeypatch.setattr(loops, "sleep_until_woken", sleep)
+    await loops.run(ctx, KEY, reconcile, stop)
+    assert slept == [10.0, 20.0, 60.0, 60.0]
+    assert KEY not in ctx.wakeups._events

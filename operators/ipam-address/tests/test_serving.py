@@ -1,0 +1,357 @@
+"""Unit tests of claim serving: the IPAddress written, the claim's status and Events, pause, repair, release.
+
+The API server and NetBox are small in-memory fakes and kopf's indexes are plain dicts, so these pin the
+wire formats the integration suites (test_ippool_contract, test_netboxippool) check on a real apiserver.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+from collections.abc import Mapping
+from typing import Any, cast
+
+import pytest
+
+from capfleet import errors, events, pausing
+from capfleet.kube import Kube
+from capfleet.resources import Resource
+from ipam_address import claims, netbox_pools, pools, serving
+from ipam_address.allocator import Allocator
+from ipam_address.backends.netbox import OWNER_FIELD, NetboxAddress, Target
+from ipam_address.claims import Claim
+from ipam_address.contexts import Context, Lookups
+from ipam_address.pools import PoolInfo, PoolKey
+
+NAMESPACE = "ns"
+
+
+class FakeKube:
+    """The API server as far as claims, IPAddresses, Clusters, Secrets, status writes and Events go."""
+
+    field_manager = "capfleet-ipam-address"
+
+    def __init__(self, *objects: dict[str, Any]) -> None:
+        self.objects = {(o["kind"], o["metadata"]["name"]): copy.deepcopy(o) for o in objects}
+        self.statuses: list[dict[str, Any]] = []
+        self.events: list[tuple[str, str]] = []
+        self.patches: list[tuple[str, str, dict[str, Any]]] = []
+        self.deleted: list[tuple[str, str]] = []
+
+    async def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        return copy.deepcopy(self.objects.get((resource.kind, name)))
+
+    async def create(self, resource: Resource, body: dict[str, Any], namespace: str | None = None) -> Any:
+        self.events.append((body["type"], body["reason"]))
+        return body
+
+    async def create_or_get(
+        self, resource: Resource, body: dict[str, Any], namespace: str | None = None
+    ) -> tuple[dict[str, Any], bool]:
+        key = (resource.kind, body["metadata"]["name"])
+        created = key not in self.objects
+        self.objects.setdefault(key, copy.deepcopy(body))
+        return copy.deepcopy(self.objects[key]), created
+
+    async def patch(
+        self, resource: Resource, name: str, patch: dict[str, Any], namespace: str | None = None
+    ) -> None:
+        self.patches.append((resource.kind, name, patch))
+
+    async def patch_status(
+        self, resource: Resource, name: str, status: dict[str, Any], namespace: str | None = None
+    ) -> None:
+        self.statuses.append(status)
+
+    async def delete(self, resource: Resource, name: str, namespace: str | None = None, **_: Any) -> bool:
+        self.deleted.append((resource.kind, name))
+        return self.objects.pop((resource.kind, name), None) is not None
+
+
+class FakeNetbox:
+    """NetBox's addressing for one claim: the address it owns, or the next one it hands out."""
+
+    def __init__(self, owned: NetboxAddress | None = None, free: list[str] | None = None) -> None:
+        self.owned, self.free = owned, list(free or [])
+        self.fields: list[Mapping[str, Any]] = []
+        self.released: list[int] = []
+
+    async def find_owned(self, owner: str) -> NetboxAddress | None:
+        return self.owned
+
+    async def allocate(self, target: Target, fields: Mapping[str, Any]) -> NetboxAddress | None:
+        self.fields.append(fields)
+        return NetboxAddress(9, self.free.pop(0)) if self.free else None
+
+    async def release(self, address_id: int) -> None:
+        self.released.append(address_id)
+
+    async def check(self, pool_targets: list[Target]) -> None:
+        return None
+
+
+def ippool(**spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "ipam.capfleet.dev/v1alpha1",
+        "kind": "IPPool",
+        "metadata": {"name": "p", "namespace": NAMESPACE, "uid": "pool-uid", "generation": 1},
+        "spec": spec,
+    }
+
+
+def netbox_pool(**spec: Any) -> dict[str, Any]:
+    ready = {
+        "type": "Ready",
+        "status": "True",
+        "reason": "Ready",
+        "message": "checked",
+        "lastTransitionTime": "2025-01-01T00:00:00Z",
+        "observedGeneration": 1,
+    }
+    return {
+        "apiVersion": "ipam.capfleet.dev/v1alpha1",
+        "kind": "NetboxIPPool",
+        "metadata": {"name": "nb", "namespace": NAMESPACE, "uid": "nb-uid", "generation": 1},
+        "spec": {"connectionSecretRef": {"name": "netbox"}, "prefixes": [{"id": 3}], **spec},
+        "status": {"conditions": [ready]},
+    }
+
+
+def claim_body(
+    pool: str = "p", kind: str = "IPPool", annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "ipam.cluster.x-k8s.io/v1beta2",
+        "kind": "IPAddressClaim",
+        "metadata": {
+            "name": "c1",
+            "namespace": NAMESPACE,
+            "uid": "claim-uid",
+            "generation": 2,
+            "labels": {"cluster.x-k8s.io/cluster-name": "w1"},
+            "annotations": annotations or {},
+        },
+        "spec": {"poolRef": {"apiGroup": "ipam.capfleet.dev", "kind": kind, "name": pool}},
+    }
+
+
+def claim_of(body: dict[str, Any]) -> Claim:
+    claim = Claim.of(body)
+    assert claim is not None
+    return claim
+
+
+def context(
+    kube: FakeKube,
+    *pool_bodies: dict[str, Any],
+    bound: dict[tuple[str, str], tuple[str, bool]] | None = None,
+    netbox: FakeNetbox | None = None,
+) -> Context:
+    infos = {info.key: info for info in map(pools.info_of, pool_bodies)}
+    held = {(key, address): claim for (_, claim), (address, _) in (bound or {}).items() for key in infos}
+    lookups = Lookups(
+        pool=infos.get,
+        owner=lambda key: lambda address: held.get((key, address)),
+        address_of_claim=lambda namespace, name: (bound or {}).get((namespace, name)),
+    )
+    clients = netbox_pools.Clients(lambda _: cast(Any, netbox or FakeNetbox()))
+    fake = cast(Kube, kube)
+    return Context(fake, events.Recorder(fake), lookups, Allocator(), clients)
+
+
+def conditions(status: Mapping[str, Any]) -> dict[str, tuple[str, str, str]]:
+    return {c["type"]: (c["status"], c["reason"], c["message"]) for c in status["conditions"]}
+
+
+async def test_a_claim_gets_its_ip_address_and_a_status_without_an_event() -> None:
+    kube = FakeKube()
+    ctx = context(kube, ippool(addresses=["10.1.0.0/29"], prefix=24, gateway="10.1.0.1"))
+    await serving.serve_claim(ctx, claim_of(claim_body()))
+
+    address = kube.objects[("IPAddress", "c1")]
+    assert address["spec"] == {
+        "claimRef": {"name": "c1"},
+        "poolRef": {"apiGroup": "ipam.capfleet.dev", "kind": "IPPool", "name": "p"},
+        "address": "10.1.0.2",
+        "prefix": 24,
+        "gateway": "10.1.0.1",
+    }
+    meta = address["metadata"]
+    assert meta["finalizers"] == [claims.PROTECT_FINALIZER]
+    assert meta["labels"] == {"cluster.x-k8s.io/cluster-name": "w1"}
+    assert [(r["kind"], r["uid"], r["controller"]) for r in meta["ownerReferences"]] == [
+        ("IPAddressClaim", "claim-uid", True),
+        ("IPPool", "pool-uid", False),
+    ]
+    [status] = kube.statuses
+    assert status["addressRef"] == {"name": "c1"}
+    assert conditions(status) == {
+        "Paused": ("False", "NotPaused", ""),
+        "Ready": ("True", "Allocated", "10.1.0.2"),
+    }
+    assert {c["observedGeneration"] for c in status["conditions"]} == {2}
+    assert kube.events == []
+
+
+async def test_an_exhausted_pool_is_ready_false_with_one_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(serving, "WAIT_IN_HANDLER_SECONDS", 0.0)
+    kube = FakeKube()
+    ctx = context(
+        kube, ippool(addresses=["10.1.0.5"], prefix=24), bound={(NAMESPACE, "other"): ("10.1.0.5", False)}
+    )
+    with pytest.raises(errors.Waiting):
+        await serving.serve_claim(ctx, claim_of(claim_body()))
+    [status] = kube.statuses
+    assert "addressRef" not in status
+    assert conditions(status)["Ready"] == ("False", "PoolExhausted", "IPPool ns/p has no free address")
+    assert kube.events == [("Warning", "PoolExhausted")]
+
+
+async def test_a_claim_that_waits_writes_only_what_changed_since_its_last_write() -> None:
+    kube = FakeKube()
+    ctx = context(kube)  # no pool yet: PoolNotReady, twice, then the pool appears
+    waits = iter([False, True])
+
+    async def pool_changes(pool: PoolKey, within: float) -> bool:
+        if next(waits):
+            ctx.lookups = context(kube, ippool(addresses=["10.1.0.0/29"], prefix=24)).lookups
+        return True
+
+    ctx.allocator.wait_for_release = pool_changes  # type: ignore[method-assign]
+    await serving.serve_claim(ctx, claim_of(claim_body()))
+    failed, bound = kube.statuses
+    assert conditions(failed)["Ready"] == ("False", "PoolNotReady", "IPPool ns/p does not exist")
+    assert bound["addressRef"] == {"name": "c1"}
+    assert [c["type"] for c in bound["conditions"]] == ["Paused", "Ready"]
+    assert conditions(bound)["Ready"] == ("True", "Allocated", "10.1.0.1")
+    assert kube.events == [("Warning", "PoolNotReady")]
+
+
+async def test_a_missing_pool_is_pool_not_ready(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(serving, "WAIT_IN_HANDLER_SECONDS", 0.0)
+    kube = FakeKube()
+    with pytest.raises(errors.DependencyMissing):
+        await serving.serve_claim(context(kube), claim_of(claim_body("nope")))
+    assert conditions(kube.statuses[0])["Ready"] == ("False", "PoolNotReady", "IPPool ns/nope does not exist")
+
+
+async def test_other_failures_are_allocation_failed_with_the_errors_reason_in_the_event() -> None:
+    kube = FakeKube()  # no connection Secret
+    ctx = context(kube, netbox_pool())
+    with pytest.raises(errors.DependencyMissing):
+        await serving.serve_claim(ctx, claim_of(claim_body("nb", "NetboxIPPool")))
+    ready = conditions(kube.statuses[0])["Ready"]
+    assert ready == ("False", "AllocationFailed", "Secret ns/netbox does not exist")
+    assert kube.events == [("Warning", "SecretMissing")]
+
+
+async def test_a_netbox_claim_gets_netbox_s_address_and_prefix() -> None:
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "netbox", "resourceVersion": "1"},
+        "data": {
+            "url": base64.b64encode(b"http://netbox").decode(),
+            "token": base64.b64encode(b"t").decode(),
+        },
+    }
+    kube = FakeKube(secret)
+    netbox = FakeNetbox(free=["10.61.1.9/28"])
+    ctx = context(
+        kube, netbox_pool(tenant="t1", tags=["lab"], dnsNameTemplate="{name}.{cluster}"), netbox=netbox
+    )
+    await serving.serve_claim(ctx, claim_of(claim_body("nb", "NetboxIPPool")))
+    spec = kube.objects[("IPAddress", "c1")]["spec"]
+    assert (spec["address"], spec["prefix"], spec["poolRef"]["kind"]) == ("10.61.1.9", 28, "NetboxIPPool")
+    [fields] = netbox.fields
+    assert fields == {
+        "status": "active",
+        "description": "capfleet: IPAddressClaim ns/c1",
+        "tags": [{"slug": "capfleet"}, {"slug": "lab"}],
+        "custom_fields": {OWNER_FIELD: "ns/c1@nb"},
+        "tenant": {"slug": "t1"},
+        "dns_name": "c1.w1",
+    }
+
+
+@pytest.mark.parametrize("by_cluster", [False, True])
+async def test_a_paused_claim_only_says_so(by_cluster: bool) -> None:
+    cluster = {"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": {"name": "w1"}}
+    cluster["spec"] = {"paused": by_cluster}
+    kube = FakeKube(cluster)
+    annotations = {} if by_cluster else {pausing.PAUSED_ANNOTATION: ""}
+    ctx = context(kube, ippool(addresses=["10.1.0.0/29"], prefix=24))
+    await serving.serve_claim(ctx, claim_of(claim_body(annotations=annotations)))
+    assert [conditions(s) for s in kube.statuses] == [
+        {"Paused": ("True", "Paused", "reconciliation is paused")}
+    ]
+    assert ("IPAddress", "c1") not in kube.objects
+
+
+async def test_a_lost_status_is_rebuilt_from_the_index() -> None:
+    kube = FakeKube()
+    ctx = context(
+        kube, ippool(addresses=["10.1.0.0/29"], prefix=24), bound={(NAMESPACE, "c1"): ("10.1.0.3", False)}
+    )
+    patch: dict[str, Any] = {}
+    serving.repair_status(ctx, claim_of(claim_body()), patch)
+    assert patch["addressRef"] == {"name": "c1"}
+    assert conditions(patch)["Ready"] == ("True", "Allocated", "10.1.0.3")
+    assert kube.statuses == []
+
+
+async def test_a_claim_that_moves_leaves_netbox_alone_and_lets_its_address_go() -> None:
+    address = {
+        "apiVersion": "ipam.cluster.x-k8s.io/v1beta2",
+        "kind": "IPAddress",
+        "metadata": {
+            "name": "c1",
+            "uid": "a-uid",
+            "resourceVersion": "5",
+            "finalizers": [claims.PROTECT_FINALIZER, "other"],
+            "ownerReferences": [{"uid": "claim-uid"}],
+        },
+    }
+    kube = FakeKube(address)
+    netbox = FakeNetbox(owned=NetboxAddress(4, "10.0.0.4/24"))
+    ctx = context(kube, netbox_pool(), netbox=netbox)
+    moving = claim_body("nb", "NetboxIPPool", annotations={pausing.DELETE_FOR_MOVE_ANNOTATION: ""})
+    await serving.release_claim(ctx, claim_of(moving))
+    assert netbox.released == []
+    assert kube.patches == [
+        ("IPAddress", "c1", {"metadata": {"finalizers": ["other"], "resourceVersion": "5"}})
+    ]
+    assert kube.deleted == [("IPAddress", "c1")]
+
+
+def test_only_claims_and_addresses_of_our_pools_are_ours() -> None:
+    foreign = claim_body()
+    foreign["spec"]["poolRef"] = {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "p"}
+    assert Claim.of(foreign) is None
+    assert claim_of(claim_body()).pool == PoolKey(NAMESPACE, "IPPool", "p")
+    address: dict[str, Any] = {
+        "apiVersion": "ipam.cluster.x-k8s.io/v1beta2",
+        "kind": "IPAddress",
+        "metadata": {"name": "x", "namespace": NAMESPACE, "deletionTimestamp": "2025-01-01T00:00:00Z"},
+        "spec": {
+            "claimRef": {"name": "c1"},
+            "poolRef": {"apiGroup": "ipam.capfleet.dev", "kind": "IPPool", "name": "p"},
+            "address": "fd00:0::1",
+            "prefix": 64,
+        },
+    }
+    assert pools.holding_of(address) == pools.Holding(
+        PoolKey(NAMESPACE, "IPPool", "p"), "fd00::1", "c1", True
+    )
+    address["spec"]["poolRef"] = foreign["spec"]["poolRef"]
+    assert pools.holding_of(address) is None
+
+
+def test_a_netbox_pool_is_ready_only_when_checked_at_its_generation() -> None:
+    checked = pools.info_of(netbox_pool())
+    assert (checked.ready, checked.message) == (True, "checked")
+    stale = netbox_pool()
+    stale["metadata"]["generation"] = 2
+    assert not pools.info_of(stale).ready
+    unchecked: PoolInfo = pools.info_of({**netbox_pool(), "status": None})
+    assert (unchecked.ready, unchecked.message) == (False, "not checked yet")

@@ -1,0 +1,76 @@
+"""What every netbox-device reconcile shares: the kit's Context plus settings, NetBox clients and claims.
+
+The shared parts are created once at startup in the operator-wide memo (kopf gives each object a shallow
+copy of memo, so anything shared must exist before the first object is handled): one NetBox client per
+connection Secret, and the devices this process is trying to claim right now.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from capfleet import conditions, reconciling
+from capfleet.api.netbox import NetboxDevice, NetboxVirtualMachine
+from capfleet.conditions import Update
+from capfleet.resources import Resource
+from netbox_device import selection
+from netbox_device.backends.devices import Devices
+from netbox_device.backends.machines import Machines
+from netbox_device.clients import Clients
+from netbox_device.settings import NetboxSettings
+
+SHARED_KEY = "netbox_device"
+
+
+@dataclass
+class Shared:
+    """Created once at startup in the operator-wide memo."""
+
+    clients: Clients = field(default_factory=Clients)
+    reserved: set[int] = field(default_factory=set)
+    """Devices this process is trying to claim right now, so its own claims never race each other."""
+
+
+@dataclass
+class Context(reconciling.Context):
+    settings: NetboxSettings = reconciling.in_memo(reconciling.SETTINGS_KEY)
+    shared: Shared = reconciling.in_memo(SHARED_KEY)
+
+    def owner(self, obj: NetboxDevice | NetboxVirtualMachine) -> str:
+        """The owner value that marks what `obj` holds in NetBox."""
+        return selection.owner_of(self.settings.instance, obj.metadata)
+
+    async def devices(self, claim: NetboxDevice) -> Devices:
+        ref = claim.spec.connection_secret_ref
+        return await self.shared.clients.devices(self.kube, claim.metadata["namespace"], ref)
+
+    async def machines(self, vm: NetboxVirtualMachine) -> Machines:
+        ref = vm.spec.connection_secret_ref
+        return await self.shared.clients.machines(self.kube, vm.metadata["namespace"], ref)
+
+
+async def record(recorder: reconciling.Recorder, fields: Mapping[str, Any], ready: Update) -> None:
+    """Write what a reconcile found: its status fields and the Ready that names it. Ready's message names
+    what NetBox holds, known only once the work is done, so it replaces the one `Recorder.step` noted."""
+    recorder.fields = dict(fields)
+    recorder.note(ready)
+    await recorder.finish()
+
+
+async def serve(
+    ctx: Context,
+    resource: Resource,
+    body: Mapping[str, Any],
+    work: Callable[[], Awaitable[tuple[dict[str, Any], Update]]],
+    reason: str,
+) -> None:
+    """One reconcile of a claim or a VM record: left alone when paused or moving, else `work` recorded
+    on Ready (its failure with the error's reason, its success with the Ready it returns)."""
+    recorder = reconciling.Recorder(ctx, resource, body, None)
+    if reconciling.paused_or_moving(body):
+        await recorder.paused()
+        return
+    fields, ready = await recorder.step(conditions.READY, work(), reason)
+    await record(recorder, fields, ready)

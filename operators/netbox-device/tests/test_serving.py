@@ -1,0 +1,267 @@
+"""Unit tests of the reconciles' status and Events: a claim, a wait, a pause, a rebuilt status, a move.
+
+NetBox and the API server are small in-memory fakes; the status written is what the reconcile kit's
+recorder writes from what NetBox holds.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any, cast
+
+import pytest
+
+from capfleet import errors, events, pausing
+from capfleet.api.base import ConnectionSecretReference
+from capfleet.kube import Kube
+from capfleet.resources import Resource
+from netbox_device import device_claims, vm_serving
+from netbox_device.backends.devices import Devices
+from netbox_device.backends.machines import Machines
+from netbox_device.clients import Clients
+from netbox_device.contexts import Context, Shared
+from netbox_device.selection import OWNER_FIELD
+from netbox_device.settings import NetboxSettings
+
+
+class OneDevice:
+    """A NetBox with one free device (or none), enough for `claiming` and the status it feeds."""
+
+    etags = True
+
+    def __init__(self, *, free: bool = True) -> None:
+        self.device: dict[str, Any] = {
+            "id": 7,
+            "name": "n07",
+            "status": {"value": "inventory" if free else "active"},
+            "custom_fields": {},
+            "oob_ip": {"address": "10.9.0.17/24"},
+        }
+
+    async def check(self) -> None:
+        return None
+
+    async def owned(self, owner: str) -> list[dict[str, Any]]:
+        held = self.device["custom_fields"].get(OWNER_FIELD) == owner
+        return [copy.deepcopy(self.device)] if held else []
+
+    async def candidates(self, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+        free = self.device["status"]["value"] == params["status"]
+        return [copy.deepcopy(self.device)] if free and not self.device["custom_fields"] else []
+
+    async def read(self, device_id: int) -> tuple[dict[str, Any] | None, str | None]:
+        return copy.deepcopy(self.device), "1"
+
+    async def write(self, device_id: int, fields: Mapping[str, Any], etag: str | None = None) -> bool:
+        self.device["custom_fields"].update(fields["custom_fields"])
+        self.device["status"] = {"value": fields.get("status", self.device["status"]["value"])}
+        return True
+
+    async def interfaces(self, device_id: int) -> list[dict[str, Any]]:
+        return [{"name": "eno1", "mac_address": "52:54:00:00:00:07"}]
+
+    async def tenant_id(self, slug: str) -> int:
+        return 1
+
+    async def journal(self, device_id: int, kind: str, comments: str) -> None:
+        return None
+
+
+class FakeMachines:
+    """NetBox's VM endpoints in memory: records by endpoint, filtered by exact field values."""
+
+    mac_objects = True
+
+    def __init__(self) -> None:
+        self.records: dict[str, dict[int, dict[str, Any]]] = {}
+
+    @staticmethod
+    def _field(record: Mapping[str, Any], key: str) -> Any:
+        if key.startswith("cf_"):
+            return (record.get("custom_fields") or {}).get(key[3:])
+        return record.get("virtual_machine" if key == "virtual_machine_id" else key)
+
+    async def check(self) -> None:
+        return None
+
+    async def list(self, endpoint: str, **params: Any) -> list[dict[str, Any]]:
+        found = self.records.get(endpoint, {}).values()
+        return [copy.deepcopy(r) for r in found if all(self._field(r, k) == v for k, v in params.items())]
+
+    async def create(self, endpoint: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+        table = self.records.setdefault(endpoint, {})
+        record = {**fields, "id": len(table) + 1}
+        table[record["id"]] = record
+        return copy.deepcopy(record)
+
+    async def update(self, endpoint: str, pk: int, fields: Mapping[str, Any]) -> None:
+        self.records[endpoint][pk].update(fields)
+
+    async def delete(self, endpoint: str, pk: int) -> None:
+        self.records.get(endpoint, {}).pop(pk, None)
+
+    async def lookup(self, endpoint: str, **query: Any) -> int:
+        return 4
+
+
+class FakeClients(Clients):
+    def __init__(self, netbox: OneDevice, machines: FakeMachines | None = None) -> None:
+        super().__init__()
+        self.netbox, self.vms = netbox, machines or FakeMachines()
+
+    async def devices(self, kube: Kube, namespace: str, ref: ConnectionSecretReference) -> Devices:
+        return self.netbox
+
+    async def machines(self, kube: Kube, namespace: str, ref: ConnectionSecretReference) -> Machines:
+        return self.vms
+
+
+class FakeKube:
+    """The API server as far as status writes and Events go."""
+
+    field_manager = "capfleet-netbox-device"
+
+    def __init__(self) -> None:
+        self.statuses: list[dict[str, Any]] = []
+        self.events: list[tuple[str, str]] = []
+
+    async def patch_status(
+        self, resource: Resource, name: str, status: dict[str, Any], namespace: str | None = None
+    ) -> None:
+        self.statuses.append(status)
+
+    async def create(self, resource: Resource, body: dict[str, Any], namespace: str | None = None) -> None:
+        self.events.append((body["type"], body["reason"]))
+
+
+def context(netbox: OneDevice, machines: FakeMachines | None = None) -> tuple[Context, FakeKube]:
+    fake = FakeKube()
+    kube = cast(Kube, fake)
+    shared = Shared(clients=FakeClients(netbox, machines))
+    return Context(kube, events.Recorder(kube), NetboxSettings(instance="mgmt-a"), shared), fake
+
+
+def claim(annotations: dict[str, str] | None = None, **status: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "netbox.capfleet.dev/v1alpha1",
+        "kind": "NetboxDevice",
+        "metadata": {
+            "name": "m0",
+            "namespace": "ns",
+            "uid": "u1",
+            "generation": 1,
+            "annotations": annotations or {},
+        },
+        "spec": {"connectionSecretRef": {"name": "netbox"}},
+        "status": status or None,
+    }
+
+
+def conditions(status: Mapping[str, Any]) -> dict[str, tuple[str, str, str]]:
+    return {c["type"]: (c["status"], c["reason"], c["message"]) for c in status["conditions"]}
+
+
+async def test_a_claim_writes_the_device_and_a_ready_naming_it() -> None:
+    netbox = OneDevice()
+    ctx, kube = context(netbox)
+    await device_claims.serve(ctx, claim())
+    [status] = kube.statuses
+    assert netbox.device["custom_fields"][OWNER_FIELD] == "mgmt-a/ns/m0"
+    assert (status["deviceID"], status["bmcAddress"]) == (7, "10.9.0.17")
+    assert conditions(status) == {
+        "Paused": ("False", "NotPaused", ""),
+        "Ready": ("True", "Claimed", "device n07 (NetBox id 7)"),
+    }
+    assert kube.events == [("Normal", "Claimed")]
+
+
+async def test_no_free_device_is_ready_false_and_retried_at_the_poll_interval() -> None:
+    ctx, kube = context(OneDevice(free=False))
+    with pytest.raises(device_claims.NoFreeDevice) as raised:
+        await device_claims.serve(ctx, claim())
+    assert raised.value.delay(0) == 60.0
+    [status] = kube.statuses
+    assert "deviceID" not in status
+    paused, ready = conditions(status)["Paused"], conditions(status)["Ready"]
+    assert paused == ("False", "NotPaused", "")
+    assert ready[:2] == ("False", "NoFreeDevice")
+    assert "no free device matches the selector (status=inventory)" in ready[2]
+    assert kube.events == [("Warning", "NoFreeDevice")]
+
+
+async def test_a_paused_claim_only_says_so() -> None:
+    netbox = OneDevice()
+    ctx, kube = context(netbox)
+    await device_claims.serve(ctx, claim({pausing.PAUSED_ANNOTATION: ""}))
+    assert [conditions(s) for s in kube.statuses] == [
+        {"Paused": ("True", "Paused", "reconciliation is paused")}
+    ]
+    assert not netbox.device["custom_fields"]
+
+
+async def test_a_wiped_status_is_rebuilt_from_netbox_and_never_claims() -> None:
+    netbox = OneDevice()
+    ctx, kube = context(netbox)
+    await device_claims.repair(ctx, claim())
+    assert kube.statuses == [], "nothing held, nothing to rebuild"
+    await device_claims.serve(ctx, claim())
+    await device_claims.repair(ctx, claim())
+    claimed, rebuilt = kube.statuses
+    assert rebuilt["deviceID"] == claimed["deviceID"] == 7
+    assert conditions(rebuilt) == conditions(claimed)
+    assert kube.events == [("Normal", "Claimed")], "one Event per transition"
+
+
+async def test_delete_for_move_keeps_the_claim_and_a_paused_delete_waits() -> None:
+    netbox = OneDevice()
+    ctx, _ = context(netbox)
+    await device_claims.serve(ctx, claim())
+    await device_claims.release(ctx, claim({pausing.DELETE_FOR_MOVE_ANNOTATION: ""}))
+    assert netbox.device["custom_fields"][OWNER_FIELD] == "mgmt-a/ns/m0"
+    with pytest.raises(errors.Waiting):
+        await device_claims.release(ctx, claim({pausing.PAUSED_ANNOTATION: ""}))
+    await device_claims.release(ctx, claim())
+    assert netbox.device["custom_fields"][OWNER_FIELD] is None
+
+
+def vm(annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "netbox.capfleet.dev/v1alpha1",
+        "kind": "NetboxVirtualMachine",
+        "metadata": {
+            "name": "w0",
+            "namespace": "ns",
+            "uid": "u2",
+            "generation": 1,
+            "annotations": annotations or {},
+        },
+        "spec": {
+            "connectionSecretRef": {"name": "netbox"},
+            "name": "w0",
+            "cluster": "c1",
+            "vcpus": 2,
+            "interfaces": [{"name": "eth0", "macAddress": "52:54:00:00:01:00", "addresses": ["10.0.0.5/24"]}],
+        },
+    }
+
+
+async def test_a_vm_is_registered_its_status_rebuilt_and_it_is_deregistered() -> None:
+    machines = FakeMachines()
+    ctx, kube = context(OneDevice(), machines)
+    await vm_serving.serve(ctx, vm())
+    [status] = kube.statuses
+    assert status["virtualMachineID"] == 1
+    assert conditions(status)["Ready"] == ("True", "Registered", "virtual machine #1 in NetBox")
+    [record] = machines.records["virtualization/virtual-machines"].values()
+    assert (record["name"], record["cluster"], record["vcpus"], record["primary_ip4"]) == ("w0", 4, 2, 1)
+    assert record["custom_fields"] == {OWNER_FIELD: "mgmt-a/ns/w0"}
+
+    await vm_serving.repair(ctx, vm())
+    assert kube.statuses[-1]["virtualMachineID"] == 1
+    assert kube.events == [("Normal", "Registered")]
+
+    await vm_serving.release(ctx, vm({pausing.DELETE_FOR_MOVE_ANNOTATION: ""}))
+    assert machines.records["virtualization/virtual-machines"]
+    await vm_serving.release(ctx, vm())
+    assert not machines.records["virtualization/virtual-machines"]

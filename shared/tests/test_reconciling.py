@@ -1,0 +1,91 @@
+"""The reconcile kit's pure parts: settings from the environment, the typed memo accessor."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from capfleet import reconciling
+
+
+@dataclass(frozen=True)
+class Example(reconciling.Settings):
+    poll_seconds: float = 60.0
+    retries: int = 3
+    verbose: bool = False
+    region: str | None = None
+    domain_type: str = reconciling.setting("auto", env="CAPFLEET_LIBVIRT_DOMAIN_TYPE")
+    suite: int = reconciling.setting(17, parse=lambda raw: int(raw) if raw in {"3", "17"} else int("x"))
+
+
+def test_defaults_when_nothing_is_set() -> None:
+    assert Example.load({}) == Example()
+
+
+def test_each_field_reads_its_variable_converted_by_its_type() -> None:
+    loaded = Example.load(
+        {
+            "CAPFLEET_POLL_SECONDS": "2.5",
+            "CAPFLEET_RETRIES": "7",
+            "CAPFLEET_VERBOSE": "true",
+            "CAPFLEET_REGION": "eu",
+            "CAPFLEET_LIBVIRT_DOMAIN_TYPE": "qemu",
+            "CAPFLEET_SUITE": "3",
+        }
+    )
+    assert loaded == Example(2.5, 7, True, "eu", "qemu", 3)
+
+
+def test_an_empty_variable_keeps_the_default() -> None:
+    assert Example.load({"CAPFLEET_RETRIES": ""}).retries == 3
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("CAPFLEET_POLL_SECONDS", "soon"), ("CAPFLEET_VERBOSE", "maybe"), ("CAPFLEET_SUITE", "5")],
+)
+def test_a_bad_value_names_its_variable(variable: str, value: str) -> None:
+    with pytest.raises(ValueError, match=variable):
+        Example.load({variable: value})
+
+
+def test_variables_are_listed_by_field() -> None:
+    assert Example.variables()["domain_type"] == "CAPFLEET_LIBVIRT_DOMAIN_TYPE"
+    assert Example.variables()["poll_seconds"] == "CAPFLEET_POLL_SECONDS"
+
+
+def test_memo_values_are_typed_and_a_missing_one_is_a_clear_error() -> None:
+    memo = {"settings": Example()}
+    assert reconciling.from_memo(memo, "settings", Example) == Example()
+    with pytest.raises(RuntimeError, match="no Example"):
+        reconciling.from_memo({}, "settings", Example)
+    with pytest.raises(RuntimeError, match="no int"):
+        reconciling.from_memo(memo, "settings", int)
+
+
+@dataclass
+class ExampleContext(reconciling.Context):
+    settings: Example = reconciling.in_memo(reconciling.SETTINGS_KEY)
+    locks: dict[str, int] = reconciling.in_memo("example_locks")
+
+
+def test_a_context_is_filled_from_memo_by_its_declared_keys() -> None:
+    from typing import Any
+
+    from capfleet import events
+    from capfleet.kube import Kube
+
+    kube = object.__new__(Kube)
+    memo: dict[str, Any] = {
+        reconciling.KUBE_KEY: kube,
+        reconciling.EVENTS_KEY: events.Recorder(kube),
+        reconciling.SETTINGS_KEY: Example(retries=9),
+        "example_locks": {"a": 1},
+    }
+    ctx = ExampleContext.from_memo(memo)
+    assert ctx.kube is kube
+    assert ctx.settings.retries == 9
+    assert ctx.locks == {"a": 1}
+    with pytest.raises(RuntimeError, match="example_locks"):
+        ExampleContext.from_memo({**memo, "example_locks": "not a dict"})

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from capfleet import errors, resources
+from capfleet import errors, pausing, resources
 from capfleet.api import kinds
 from capfleet.api.baremetal import BaremetalInstanceSpec
 from capfleet.api.libvirt import LibvirtVMSpec
@@ -220,3 +220,23 @@ async def test_deletion_takes_the_server_first_and_polls_at_the_setting(api: Fak
     with pytest.raises(machines.ChildrenRemaining, match="NetboxDevice w-0, IPAddressClaim w-0-eno1-0"):
         await machines.delete(ctx, owner)
     await machines.delete(ctx, owner)
+
+
+async def test_deletion_right_after_an_unpause_takes_the_mirrored_pause_off_the_children(
+    api: FakeKube,
+) -> None:
+    """A machine deleted before a reconcile saw the unpause: its children still carry the paused
+    annotation the glue mirrored onto them, and their operators (ipam-address releases nothing for a
+    paused claim) would wait for ever. Deletion takes the annotation off, then deletes."""
+    machine(api, "w-0", METAL)
+    ctx = context(api)
+    await machines.reconcile(ctx, NS, "w-0")
+    claim = api.obj(resources.IP_ADDRESS_CLAIMS, "w-0-eno1-0")
+    claim["metadata"]["finalizers"] = ["ipam.cluster.x-k8s.io/ReleaseAddress"]
+    claim["metadata"]["annotations"] = {pausing.PAUSED_ANNOTATION: "true"}
+    owner = api.obj(kinds.HYBRID_MACHINE.resource, "w-0")
+    with pytest.raises(machines.ChildrenRemaining, match="IPAddressClaim w-0-eno1-0"):
+        await machines.delete(ctx, owner)
+    claim = api.obj(resources.IP_ADDRESS_CLAIMS, "w-0-eno1-0")
+    assert claim["metadata"]["deletionTimestamp"]
+    assert not pausing.annotated(claim["metadata"])

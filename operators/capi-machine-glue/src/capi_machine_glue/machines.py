@@ -402,13 +402,20 @@ async def metal(
 
 
 async def _delete_owned(ctx: Context, body: Obj, targets: Sequence[tuple[Resource, str]]) -> list[str]:
-    """Request deletion of each existing child; the ones still present (being deleted or just asked)."""
+    """Request deletion of each existing child; the ones still present (being deleted or just asked).
+
+    Called only while the machine is not paused: a child still carrying the paused annotation the glue
+    mirrored onto it (the machine was deleted right after an unpause, before a reconcile took it off)
+    has it taken off, or its operator would wait for an unpause that already happened."""
     namespace = body["metadata"]["namespace"]
     remaining = []
     for resource, name in targets:
         child = await ctx.kube.get(resource, name, namespace)
         if child is None or not ownership.is_owned_by(child, body):
             continue
+        if pausing.annotated(child["metadata"]):
+            unpause = {"metadata": {"annotations": {pausing.PAUSED_ANNOTATION: None}}}
+            await ctx.kube.patch(resource, name, unpause, namespace)
         if not child["metadata"].get("deletionTimestamp"):
             try:
                 await ctx.kube.delete(resource, name, namespace)

@@ -5,7 +5,7 @@ UV := uv run --frozen
 PYTEST_ARGS ?=
 
 .PHONY: setup demo test lint typecheck crds crds-check clusterctl-components clusterctl-components-check \
-	images unit integration bench-ipam clean node-image test-full
+	images unit integration bench-ipam clean node-image deploy-ramdisk test-full
 
 setup:
 	bash hack/setup.sh
@@ -13,6 +13,10 @@ setup:
 ## node-image: build capfleet's node image (Debian + kubelet/kubeadm + preloaded images) into ~/.cache/capfleet.
 node-image: setup
 	$(UV) python -m capfleet_e2e.nodeimage
+
+## deploy-ramdisk: build the ramdisk that writes an OS image to a bare-metal server's disk into ~/.cache/capfleet.
+deploy-ramdisk: setup
+	$(UV) python -m capfleet_e2e.deployramdisk
 
 ## demo: a cluster of real nodes on VMs, from kubectl apply to Nodes Ready, then torn down and checked.
 demo: setup

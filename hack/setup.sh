@@ -17,6 +17,9 @@ apt_packages=(
   ipxe-qemu iproute2
   # The node image (e2e/src/capfleet_e2e/nodeimage): a Debian tree from mmdebstrap, made into a disk.
   mmdebstrap
+  # The deploy ramdisk (e2e/src/capfleet_e2e/deployramdisk) takes sfdisk, wipefs, mkfs.fat, qemu-img and
+  # openssl (with the CA bundle) from the host, besides the kernel and busybox above.
+  fdisk util-linux openssl ca-certificates
 )
 missing=()
 for p in "${apt_packages[@]}"; do

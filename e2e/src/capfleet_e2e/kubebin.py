@@ -9,10 +9,12 @@ same against the local control plane and against any cluster a user's kubeconfig
 from __future__ import annotations
 
 import datetime
+import fcntl
 import os
 import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 
@@ -39,6 +41,16 @@ def repo_root() -> Path:
 
 def cache_root() -> Path:
     return Path(os.environ.get("CAPFLEET_CACHE") or Path.home() / ".cache" / "capfleet")
+
+
+@contextmanager
+def cache_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `path` (created if missing): two builds of one cached artefact, in two
+    test sessions or a test and `make`, wait for each other instead of writing the same files."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def kube_bin_dir(version: str = KUBE_VERSION) -> Path:

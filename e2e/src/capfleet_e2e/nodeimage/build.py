@@ -9,18 +9,16 @@ changing either builds a new image next to the old one. A lock file keeps two bu
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from capfleet_e2e.kubebin import NODE_KUBE_BINARIES, cache_root, ensure_kube_binaries, repo_root
+from capfleet_e2e.kubebin import NODE_KUBE_BINARIES, cache_lock, cache_root, ensure_kube_binaries, repo_root
 from capfleet_e2e.nodeimage import components, containers, disk, iptables, rootfs
 from capfleet_e2e.nodeimage.versions import NodeImageVersions
 
@@ -71,21 +69,13 @@ def image_dir(versions: NodeImageVersions) -> Path:
     return cache_root() / "node-image" / f"{versions.kubernetes}-{recipe_digest(versions)}"
 
 
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
-
-
 def ensure_node_image(
     versions: NodeImageVersions | None = None, progress: Callable[[str], None] = lambda _: None
 ) -> NodeImage:
     """The node image for `versions` (default: this harness's), built first if it is not cached."""
     versions = versions or NodeImageVersions()
     image = NodeImage(image_dir(versions))
-    with _locked(image.directory.with_suffix(".lock")):
+    with cache_lock(image.directory.with_suffix(".lock")):
         if image.qcow2.is_file():
             return image
         progress(f"Building the node image into {image.directory} (about 10 minutes the first time)...")

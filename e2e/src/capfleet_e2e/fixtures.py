@@ -5,6 +5,7 @@ Imported by `capfleet_e2e.plugin`, so every test in the workspace can request th
 
 from __future__ import annotations
 
+import contextlib
 import re
 import secrets
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -13,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from capfleet import resources
-from capfleet.kube import Kube
+from capfleet.api import kinds
+from capfleet.kube import Kube, KubeError
+from capfleet_e2e import tree
 from capfleet_e2e.kubebin import artifacts_dir
 from capfleet_e2e.operators import OperatorProcess
 
@@ -37,6 +40,42 @@ async def namespace(kube: Kube, request: pytest.FixtureRequest) -> AsyncIterator
     )
     yield name
     await kube.delete(resources.NAMESPACES, name)
+    await release_leftovers(kube, name)
+
+
+# What may hold a finalizer in a test's namespace: capfleet's kinds and the Cluster API objects around them.
+HELD: tuple[resources.Resource, ...] = (
+    *(kind.resource for kind in kinds.ALL if kind.resource.namespaced),
+    resources.CAPI_CLUSTERS,
+    resources.CAPI_MACHINES,
+    resources.IP_ADDRESS_CLAIMS,
+    resources.IP_ADDRESSES,
+    tree.KCPS,
+    tree.MACHINE_DEPLOYMENTS,
+    tree.MACHINE_SETS,
+    tree.KUBEADM_CONFIGS,
+)
+
+
+async def release_leftovers(kube: Kube, namespace: str) -> None:
+    """Drop the finalizers of what is left in a deleted test namespace.
+
+    The test's operators are stopped before its namespace is deleted (fixtures tear down in reverse), so
+    nothing would ever remove their finalizers: the namespace would stay Terminating for the rest of the
+    session and the namespace controller would re-list and re-delete its contents over and over, load that
+    slowed the session's last suites (the real-node VMs) measurably. What a test asserts about deletion it
+    asserts before this point.
+    """
+    for resource in HELD:
+        try:
+            found = await kube.list(resource, namespace)
+        except KubeError:  # a CRD this session did not install
+            continue
+        for obj in found:
+            if obj["metadata"].get("finalizers"):
+                with contextlib.suppress(KubeError):
+                    patch = {"metadata": {"finalizers": None}}
+                    await kube.patch(resource, obj["metadata"]["name"], patch, namespace)
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from typing import Any
 from glue_helpers import cluster
 
 from capfleet import resources
-from capfleet.api import kinds
+from capfleet.api import capi, kinds
 from capfleet.conditions import Update
 from capi_machine_glue import gates, summaries
 from capi_machine_glue.clusters import failure_domains
@@ -40,10 +40,10 @@ def ready(status: str, reason: str = "R", message: str = "") -> dict[str, Any]:
 
 
 def test_cluster_infrastructure_waits_in_order() -> None:
-    cluster = gates.Cluster.parse(CLUSTER)
+    cluster = capi.Cluster.parse(CLUSTER)
     assert gates.cluster_infrastructure("c", None, None).reason == "WaitingForCluster"
     assert gates.cluster_infrastructure("c", cluster, None).reason == "WaitingForHybridCluster"
-    unprovisioned = gates.Cluster.parse({**CLUSTER, "status": {}})
+    unprovisioned = capi.Cluster.parse({**CLUSTER, "status": {}})
     assert (
         gates.cluster_infrastructure("c", unprovisioned, HYBRID).reason == "WaitingForClusterInfrastructure"
     )
@@ -57,25 +57,25 @@ def test_cluster_infrastructure_waits_in_order() -> None:
             }
         }
     }
-    assert gates.cluster_infrastructure("c", gates.Cluster.parse(other), None).reason == "NotAHybridCluster"
+    assert gates.cluster_infrastructure("c", capi.Cluster.parse(other), None).reason == "NotAHybridCluster"
 
 
 def test_workers_wait_for_the_control_plane_and_control_plane_machines_do_not() -> None:
-    cluster = gates.Cluster.parse(CLUSTER)
-    worker = gates.Machine.parse({"metadata": {"labels": {}}, "spec": {}})
-    cp = gates.Machine.parse({"metadata": {"labels": {"cluster.x-k8s.io/control-plane": ""}}, "spec": {}})
+    cluster = capi.Cluster.parse(CLUSTER)
+    worker = capi.Machine.parse({"metadata": {"labels": {}}, "spec": {}})
+    cp = capi.Machine.parse({"metadata": {"labels": {"cluster.x-k8s.io/control-plane": ""}}, "spec": {}})
     assert gates.control_plane_initialized(cp, cluster).status == "True"
     assert gates.control_plane_initialized(worker, cluster).reason == "WaitingForControlPlaneInitialized"
-    by_condition = gates.Cluster.parse(
+    by_condition = capi.Cluster.parse(
         {**CLUSTER, "status": {"conditions": [{**ready("True"), "type": "ControlPlaneInitialized"}]}}
     )
     assert gates.control_plane_initialized(worker, by_condition).status == "True"
-    by_field = gates.Cluster.parse(
+    by_field = capi.Cluster.parse(
         {**CLUSTER, "status": {"initialization": {"controlPlaneInitialized": True}}}
     )
     assert gates.control_plane_initialized(worker, by_field).status == "True"
     assert gates.bootstrap_data(worker).reason == "WaitingForBootstrapData"
-    bootstrapped = gates.Machine.parse({"spec": {"bootstrap": {"dataSecretName": "w-0"}}})
+    bootstrapped = capi.Machine.parse({"spec": {"bootstrap": {"dataSecretName": "w-0"}}})
     assert gates.bootstrap_data(bootstrapped) == Update.true("BootstrapDataReady", "Available", "Secret w-0")
 
 
@@ -84,7 +84,7 @@ def test_the_machine_group_is_its_controller() -> None:
         {"apiVersion": "v1", "kind": "ConfigMap", "name": "x"},
         {"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineSet", "name": "ms", "controller": True},
     ]
-    machine = gates.Machine.parse({"metadata": {"ownerReferences": owners}})
+    machine = capi.Machine.parse({"metadata": {"ownerReferences": owners}})
     assert gates.machine_group(machine) == "MachineSet/ms"
     assert gates.capi_owner({"ownerReferences": owners}, resources.CAPI_MACHINES) is None
     owned = [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "name": "m-0"}]

@@ -3,9 +3,6 @@
 Each wait is a condition with a reason, so a machine that does nothing says why. These read only CAPI's
 objects (Cluster, Machine), typed, as every infrastructure provider must: the HybridCluster's own status
 is not what CAPI considers provisioned until the Cluster says so.
-
-`capfleet.api.capi` names the Cluster's spec and the Machine's spec; the waits also read the Cluster's
-status and the Machine's controller, so the views here add those fields.
 """
 
 from __future__ import annotations
@@ -13,11 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import Field
-
 from capfleet import conditions
 from capfleet.api import capi, kinds
-from capfleet.api.base import Model
 from capfleet.api.hybrid_clusters import HybridCluster
 from capfleet.conditions import Update
 from capfleet.resources import Resource
@@ -26,41 +20,7 @@ from capi_machine_glue.summaries import BOOTSTRAP, CLUSTER_INFRASTRUCTURE, CONTR
 CONTROL_PLANE_LABEL = "cluster.x-k8s.io/control-plane"
 
 
-class OwnerReference(Model):
-    api_version: str = ""
-    kind: str = ""
-    name: str = ""
-    controller: bool | None = None
-
-
-class ObjectMeta(capi.Metadata):
-    owner_references: list[OwnerReference] = Field(default_factory=list)
-
-
-class Machine(capi.Machine):
-    """A CAPI Machine, with the owner references that name its controller."""
-
-    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
-
-
-class ClusterInitialization(Model):
-    infrastructure_provisioned: bool | None = None
-    control_plane_initialized: bool | None = None
-
-
-class ClusterStatus(Model):
-    initialization: ClusterInitialization = Field(default_factory=ClusterInitialization)
-    conditions: list[dict[str, Any]] = Field(default_factory=list)
-    """Left in wire form: only a worker's wait parses them (`conditions.parse`)."""
-
-
-class Cluster(capi.Cluster):
-    """A CAPI Cluster, with the status the waits read."""
-
-    status: ClusterStatus = Field(default_factory=ClusterStatus)
-
-
-def paused(cluster: Cluster | None) -> bool:
+def paused(cluster: capi.Cluster | None) -> bool:
     """Whether the Cluster is paused (by spec or annotation); a missing Cluster is not."""
     return cluster is not None and cluster.paused
 
@@ -74,7 +34,7 @@ def capi_owner(meta: Mapping[str, Any], resource: Resource) -> str | None:
     return None
 
 
-def infrastructure_ref(cluster: Cluster) -> str | None:
+def infrastructure_ref(cluster: capi.Cluster) -> str | None:
     """The name of the Cluster's HybridCluster, if its infrastructure is one."""
     ref = cluster.spec.infrastructure_ref
     if ref is None or ref.kind != kinds.HYBRID_CLUSTER.kind:
@@ -86,7 +46,7 @@ def infrastructure_ref(cluster: Cluster) -> str | None:
 
 
 def cluster_infrastructure(
-    cluster_name: str, cluster: Cluster | None, hybrid_cluster: HybridCluster | None
+    cluster_name: str, cluster: capi.Cluster | None, hybrid_cluster: HybridCluster | None
 ) -> Update:
     if cluster is None:
         return Update.false(CLUSTER_INFRASTRUCTURE, "WaitingForCluster", f"Cluster {cluster_name} not found")
@@ -111,11 +71,11 @@ def cluster_infrastructure(
     return Update.true(CLUSTER_INFRASTRUCTURE, "Provisioned")
 
 
-def is_control_plane(machine: Machine) -> bool:
+def is_control_plane(machine: capi.Machine) -> bool:
     return CONTROL_PLANE_LABEL in machine.metadata.labels
 
 
-def control_plane_initialized(machine: Machine, cluster: Cluster) -> Update:
+def control_plane_initialized(machine: capi.Machine, cluster: capi.Cluster) -> Update:
     """True at once for control-plane machines; workers wait for the Cluster's control plane."""
     if is_control_plane(machine):
         return Update.true(CONTROL_PLANE, "ControlPlaneMachine", "this machine is part of the control plane")
@@ -131,11 +91,11 @@ def control_plane_initialized(machine: Machine, cluster: Cluster) -> Update:
     return Update.true(CONTROL_PLANE, "Initialized")
 
 
-def data_secret_name(machine: Machine) -> str | None:
+def data_secret_name(machine: capi.Machine) -> str | None:
     return machine.spec.bootstrap.data_secret_name or None
 
 
-def bootstrap_data(machine: Machine) -> Update:
+def bootstrap_data(machine: capi.Machine) -> Update:
     name = data_secret_name(machine)
     if name is None:
         return Update.false(
@@ -144,7 +104,7 @@ def bootstrap_data(machine: Machine) -> Update:
     return Update.true(BOOTSTRAP, "Available", f"Secret {name}")
 
 
-def machine_group(machine: Machine) -> str | None:
+def machine_group(machine: capi.Machine) -> str | None:
     """The Machine's controller (MachineSet or control plane), the natural anti-affinity group."""
     for ref in machine.metadata.owner_references:
         if ref.controller:
@@ -152,5 +112,5 @@ def machine_group(machine: Machine) -> str | None:
     return None
 
 
-def failure_domain(machine: Machine) -> str | None:
+def failure_domain(machine: capi.Machine) -> str | None:
     return machine.spec.failure_domain or None

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import pydantic
 
 from capfleet import errors, kube, ownership, pausing, reconciling
-from capfleet.api import kinds
+from capfleet.api import capi, kinds
 from capfleet.api.base import Model
 from capfleet.api.capi import IPAddress
 from capfleet.api.hybrid_clusters import HybridCluster, HybridClusterSpec
@@ -68,9 +68,9 @@ class ChildrenRemaining(errors.Waiting):
         return float(min(self.poll_seconds * (2 ** max(retry, 0)), self.retry_cap))
 
 
-async def capi_cluster(ctx: Context, name: str | None, namespace: str) -> gates.Cluster | None:
+async def capi_cluster(ctx: Context, name: str | None, namespace: str) -> capi.Cluster | None:
     found = await ctx.kube.get(CLUSTERS, name, namespace) if name else None
-    return gates.Cluster.parse(found) if found is not None else None
+    return capi.Cluster.parse(found) if found is not None else None
 
 
 async def _owned(ctx: Context, resource: Resource, name: str, namespace: str, owner: Obj) -> Obj | None:
@@ -236,14 +236,14 @@ async def reconcile(ctx: Context, namespace: str, name: str) -> None:
 
 
 async def converge(
-    run: MachineReconcile, cluster_name: str, cluster: gates.Cluster | None, owner: str
+    run: MachineReconcile, cluster_name: str, cluster: capi.Cluster | None, owner: str
 ) -> None:
     """Pass CAPI's waits, then create what is missing; each step's condition goes to the recorder."""
     ctx, recorder = run.ctx, run.recorder
     hybrid_cluster_name = gates.infrastructure_ref(cluster) if cluster else None
     hybrid_cluster = await _hybrid_cluster(ctx, hybrid_cluster_name, run.namespace)
     found = await ctx.kube.get(MACHINES, owner, run.namespace)
-    capi_machine = gates.Machine.parse(found) if found is not None else None
+    capi_machine = capi.Machine.parse(found) if found is not None else None
     recorder.note(gates.cluster_infrastructure(cluster_name, cluster, hybrid_cluster))
     if capi_machine is None or cluster is None or hybrid_cluster is None:
         return

@@ -16,6 +16,13 @@ from pydantic import Field
 from capfleet.api.base import Model
 
 
+class OwnerReference(Model):
+    api_version: str = ""
+    kind: str = ""
+    name: str = ""
+    controller: bool | None = None
+
+
 class Metadata(Model):
     name: str = ""
     namespace: str | None = None
@@ -24,6 +31,7 @@ class Metadata(Model):
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
     deletion_timestamp: str | None = None
+    owner_references: list[OwnerReference] = Field(default_factory=list)
 
 
 class CapiObject(Model):
@@ -56,8 +64,20 @@ class ClusterSpec(Model):
     control_plane_endpoint: APIEndpoint | None = None
 
 
+class ClusterInitialization(Model):
+    infrastructure_provisioned: bool | None = None
+    control_plane_initialized: bool | None = None
+
+
+class ClusterStatus(Model):
+    initialization: ClusterInitialization = Field(default_factory=ClusterInitialization)
+    conditions: list[dict[str, Any]] = Field(default_factory=list)
+    """Left in wire form: `capfleet.conditions.parse` reads them."""
+
+
 class Cluster(CapiObject):
     spec: ClusterSpec = Field(default_factory=ClusterSpec)
+    status: ClusterStatus = Field(default_factory=ClusterStatus)
 
     @property
     def paused(self) -> bool:

@@ -36,6 +36,13 @@ POOL_LABEL = "capfleet.dev/hypervisor-pool"
 FAILURE_DOMAIN_LABEL = "capfleet.dev/failure-domain"
 API_PORT = 6443
 VM_OPERATORS = ("capi_machine_glue", "ipam_address", "libvirt_vm")
+# Both lab hypervisors run on this machine's cores, and each reports all of them (two here): without
+# overcommit one two-vCPU control-plane VM fills a hypervisor, and three replicas (four during a rolling
+# update with maxSurge 1) could never be placed.
+NODE_OPERATOR_ENV = {
+    **OPERATOR_ENV,
+    "libvirt_vm": {**OPERATOR_ENV["libvirt_vm"], "CAPFLEET_VCPU_OVERCOMMIT": "4"},
+}
 StartOperator = Callable[[str, dict[str, str]], object]
 
 
@@ -253,7 +260,7 @@ async def open_node_site(
         access = WorkloadAccess.through(cluster_name, relay_port)
         for secret in access.secrets(namespace):
             await kube.create(resources.SECRETS, secret, namespace)
-        operators = {module: start_operator(module, OPERATOR_ENV[module]) for module in VM_OPERATORS}
+        operators = {module: start_operator(module, NODE_OPERATOR_ENV[module]) for module in VM_OPERATORS}
         site = NodeSite(
             namespace,
             cluster_name,

@@ -1,6 +1,7 @@
 """Pause detection, owner references, status differences and Event bodies."""
 
 from capfleet import conditions, events, ownership, pausing, statuses
+from capfleet.api import capi
 from capfleet.conditions import Update
 
 OWNER = {
@@ -18,10 +19,11 @@ OWNER = {
 def test_pause_by_annotation_or_cluster_spec() -> None:
     assert pausing.annotated({"annotations": {pausing.PAUSED_ANNOTATION: ""}})
     assert not pausing.annotated({"annotations": {}})
-    assert pausing.cluster_paused({"spec": {"paused": True}, "metadata": {}})
+    assert pausing.cluster_paused(capi.Cluster.parse({"spec": {"paused": True}, "metadata": {}}))
     assert pausing.cluster_paused(
-        {"spec": {}, "metadata": {"annotations": {pausing.PAUSED_ANNOTATION: "true"}}}
+        capi.Cluster.parse({"spec": {}, "metadata": {"annotations": {pausing.PAUSED_ANNOTATION: "true"}}})
     )
+    assert not pausing.cluster_paused(capi.Cluster.parse({"spec": {}, "metadata": {}}))
     assert not pausing.cluster_paused(None)
     assert pausing.condition(True).reason == "Paused"
     assert pausing.condition(False) == Update.false("Paused", "NotPaused")

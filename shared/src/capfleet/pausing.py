@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from capfleet.api import capi
 from capfleet.conditions import PAUSED, Update
 
 PAUSED_ANNOTATION = "cluster.x-k8s.io/paused"
@@ -37,11 +38,9 @@ def hands_off(meta: Mapping[str, Any]) -> bool:
     return annotated(meta) or moving(meta)
 
 
-def cluster_paused(cluster: Mapping[str, Any] | None) -> bool:
-    """Whether a CAPI Cluster object is paused by spec or annotation; a missing Cluster is not paused."""
-    if cluster is None:
-        return False
-    return bool((cluster.get("spec") or {}).get("paused")) or annotated(cluster.get("metadata") or {})
+def cluster_paused(cluster: capi.Cluster | None) -> bool:
+    """Whether a CAPI Cluster is paused by spec or annotation; a missing Cluster is not paused."""
+    return cluster is not None and (cluster.spec.paused or PAUSED_ANNOTATION in cluster.metadata.annotations)
 
 
 def condition(paused: bool) -> Update:

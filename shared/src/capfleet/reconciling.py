@@ -201,8 +201,3 @@ class Recorder:
         """Write only the Paused condition: a paused or moving object is left untouched otherwise."""
         self.updates = [pausing.condition(True)]
         return await self.finish()
-
-
-def paused_or_moving(body: Mapping[str, Any]) -> bool:
-    """Whether a reconcile must leave the object alone (`capfleet.pausing.hands_off`)."""
-    return pausing.hands_off(body["metadata"])

@@ -89,7 +89,7 @@ async def reconcile(ctx: Context, namespace: str, name: str) -> None:
         if hybrid.spec.control_plane_endpoint_pool_ref
         else None
     )
-    paused = pausing.annotated(meta) or gates.paused(cluster)
+    paused = pausing.annotated(meta) or pausing.cluster_paused(cluster)
     await _mirror_pause(ctx, claim, paused)
     if paused:
         await reconciling.Recorder(ctx, HYBRID_CLUSTERS, body, None).paused()

@@ -20,11 +20,6 @@ from capi_machine_glue.summaries import BOOTSTRAP, CLUSTER_INFRASTRUCTURE, CONTR
 CONTROL_PLANE_LABEL = "cluster.x-k8s.io/control-plane"
 
 
-def paused(cluster: capi.Cluster | None) -> bool:
-    """Whether the Cluster is paused (by spec or annotation); a missing Cluster is not."""
-    return cluster is not None and cluster.paused
-
-
 def capi_owner(meta: Mapping[str, Any], resource: Resource) -> str | None:
     """The name of the object's owner of CAPI's kind `resource` (a Machine, a Cluster), if any."""
     for ref in meta.get("ownerReferences") or []:

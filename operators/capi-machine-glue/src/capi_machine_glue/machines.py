@@ -221,7 +221,7 @@ async def reconcile(ctx: Context, namespace: str, name: str) -> None:
     ctx.wakeups.belongs_to(Key(HYBRID_MACHINE, namespace, name), namespace, cluster_name)
     cluster = await capi_cluster(ctx, cluster_name, namespace)
     children = await family(ctx, body, machine.spec)
-    paused = pausing.annotated(meta) or gates.paused(cluster)
+    paused = pausing.annotated(meta) or pausing.cluster_paused(cluster)
     await _mirror_pause(ctx, children.existing(), paused)
     if paused:
         await reconciling.Recorder(ctx, HYBRID_MACHINES, body, None).paused()
@@ -434,7 +434,7 @@ async def delete(ctx: Context, body: Obj) -> None:
     spec = kinds.HYBRID_MACHINE.parse(body).spec
     poll = ctx.settings.deletion_poll_seconds
     cluster = await capi_cluster(ctx, ownership.cluster_name(meta), namespace)
-    if pausing.annotated(meta) or gates.paused(cluster):
+    if pausing.annotated(meta) or pausing.cluster_paused(cluster):
         await reconciling.Recorder(ctx, HYBRID_MACHINES, body, None).paused()
         raise ChildrenRemaining(
             "reconciliation is paused; deletion resumes when unpaused", poll_seconds=poll, reason="Paused"

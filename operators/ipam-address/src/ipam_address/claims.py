@@ -72,7 +72,8 @@ async def is_paused(kube: Kube, claim: Claim) -> bool:
     name = claim.cluster_name
     if not name:
         return False
-    return pausing.cluster_paused(await kube.get(resources.CAPI_CLUSTERS, name, claim.namespace))
+    found = await kube.get(resources.CAPI_CLUSTERS, name, claim.namespace)
+    return pausing.cluster_paused(capi.Cluster.parse(found) if found is not None else None)
 
 
 def ip_address_body(claim: Claim, pool: PoolInfo, address: str, prefix: int) -> dict[str, Any]:

@@ -127,7 +127,7 @@ async def reconcile(ctx: Context, body: Mapping[str, Any]) -> None:
     meta = body["metadata"]
     if meta.get("deletionTimestamp"):
         return
-    if reconciling.paused_or_moving(body):
+    if pausing.hands_off(body["metadata"]):
         await reconciling.Recorder(ctx, VMS, body, STEPS).paused()
         return
     owner = domains.Owner(meta["namespace"], meta["name"])

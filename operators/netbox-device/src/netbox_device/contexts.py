@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from capfleet import conditions, reconciling
+from capfleet import conditions, pausing, reconciling
 from capfleet.api.netbox import NetboxDevice, NetboxVirtualMachine
 from capfleet.conditions import Update
 from capfleet.resources import Resource
@@ -69,7 +69,7 @@ async def serve(
     """One reconcile of a claim or a VM record: left alone when paused or moving, else `work` recorded
     on Ready (its failure with the error's reason, its success with the Ready it returns)."""
     recorder = reconciling.Recorder(ctx, resource, body, None)
-    if reconciling.paused_or_moving(body):
+    if pausing.hands_off(body["metadata"]):
         await recorder.paused()
         return
     fields, ready = await recorder.step(conditions.READY, work(), reason)

@@ -72,7 +72,7 @@ def has_status(claim: NetboxDevice) -> bool:
 async def repair(ctx: Context, body: Mapping[str, Any]) -> None:
     """Rebuild a wiped status from the device the owner field names; never claims (its handler does)."""
     claim = kinds.NETBOX_DEVICE.parse(body)
-    if claim.metadata.get("deletionTimestamp") or has_status(claim) or reconciling.paused_or_moving(body):
+    if claim.metadata.get("deletionTimestamp") or has_status(claim) or pausing.hands_off(body["metadata"]):
         return
     try:
         devices = await ctx.devices(claim)

@@ -42,7 +42,7 @@ def has_status(vm: NetboxVirtualMachine) -> bool:
 async def repair(ctx: Context, body: Mapping[str, Any]) -> None:
     """Rebuild a wiped status from the VM the owner field names."""
     vm = kinds.NETBOX_VIRTUAL_MACHINE.parse(body)
-    if vm.metadata.get("deletionTimestamp") or has_status(vm) or reconciling.paused_or_moving(body):
+    if vm.metadata.get("deletionTimestamp") or has_status(vm) or pausing.hands_off(body["metadata"]):
         return
     try:
         found = await registering.held(await ctx.machines(vm), ctx.owner(vm))

@@ -79,11 +79,6 @@ class Cluster(CapiObject):
     spec: ClusterSpec = Field(default_factory=ClusterSpec)
     status: ClusterStatus = Field(default_factory=ClusterStatus)
 
-    @property
-    def paused(self) -> bool:
-        """Paused by spec or by the annotation clusterctl move sets."""
-        return self.spec.paused or "cluster.x-k8s.io/paused" in self.metadata.annotations
-
 
 class Bootstrap(Model):
     data_secret_name: str | None = None

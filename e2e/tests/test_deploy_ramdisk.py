@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from capfleet_e2e.deployramdisk import build
-from capfleet_e2e.deployramdisk.build import recipe_digest
-from capfleet_e2e.deployramdisk.kernel_args import (
+from baremetal_provision.ramdisk_args import (  # type: ignore[import-untyped]
     ImageSource,
     cleaning_args,
     deploy_args,
     hints_arg,
 )
+from capfleet_e2e.deployramdisk import build
+from capfleet_e2e.deployramdisk.build import recipe_digest
 
 LIB = build.PACKAGE_DIR / "deploy_lib.sh"
 MIB, GIB = 2**20, 2**30

@@ -27,13 +27,13 @@ from pathlib import Path
 
 import pytest
 
-from capfleet_e2e.deployramdisk.build import DeployRamdisk, ensure_deploy_ramdisk
-from capfleet_e2e.deployramdisk.kernel_args import (
+from baremetal_provision.ramdisk_args import (  # type: ignore[import-untyped]
     BASE_ARGS,
     ImageSource,
     cleaning_args,
     deploy_args,
 )
+from capfleet_e2e.deployramdisk.build import DeployRamdisk, ensure_deploy_ramdisk
 from capfleet_e2e.kubebin import artifacts_dir
 from capfleet_e2e.nodeimage.disk import Partition, mbr
 
@@ -266,7 +266,7 @@ def serve(site: Site, images: Images) -> None:
 
 
 def args_for(image: ImageSource, hints: dict[str, str | int] | None = None) -> list[str]:
-    return deploy_args(image, f"{SERVER}/seed/{SECRET}/", f"{SERVER}/callback/{SECRET}", hints)
+    return list(deploy_args(image, f"{SERVER}/seed/{SECRET}/", f"{SERVER}/callback/{SECRET}", hints))
 
 
 def partitions(disk: Path) -> list[dict[str, object]]:

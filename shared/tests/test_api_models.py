@@ -118,7 +118,9 @@ def test_a_template_holds_the_shape_of_the_object_it_makes() -> None:
     )
     machine = hybrid_machines.HybridMachineSpec.model_validate(template.spec.template.spec.to_wire())
     assert machine.baremetal is not None
-    assert machine.baremetal.os_profile.kernel_url == "http://boot.example.test/vmlinuz"
+    assert machine.baremetal.image is not None
+    assert machine.baremetal.image.checksum == "https://images.example.test/capfleet-node.raw.sha256"
+    assert machine.baremetal.image.format == "raw"
     assert issubclass(hybrid_clusters.HybridClusterSpec, hybrid_clusters.HybridClusterShape)
 
 

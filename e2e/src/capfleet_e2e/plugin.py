@@ -97,7 +97,12 @@ def kubeconfig(control_plane: Cluster) -> Path:
     return control_plane.kubeconfig
 
 
-from capfleet_e2e.baremetal.fixtures import baremetal_servers, netboot_image, pxe_lab  # noqa: E402
+from capfleet_e2e.baremetal.fixtures import (  # noqa: E402
+    baremetal_servers,
+    deploy_ramdisk,
+    netboot_image,
+    pxe_lab,
+)
 from capfleet_e2e.baremetal.ipmi import ipmi_bmcs  # noqa: E402
 from capfleet_e2e.fixtures import kube, namespace, run_operator  # noqa: E402  (fixtures of this plugin)
 from capfleet_e2e.hybrid_fixtures import hybrid_site  # noqa: E402
@@ -110,6 +115,7 @@ __all__ = [
     "baremetal_servers",
     "capi",
     "control_plane",
+    "deploy_ramdisk",
     "hybrid_site",
     "hypervisors",
     "ipmi_bmcs",

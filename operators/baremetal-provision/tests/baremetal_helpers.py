@@ -7,9 +7,13 @@ what a real BMC reports and not what the operator wrote in status.
 from __future__ import annotations
 
 import base64
+import contextlib
 import shutil
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
+
+from aiohttp import web
 
 from baremetal_provision.backends import base, bmc
 from capfleet import resources
@@ -18,6 +22,7 @@ from capfleet.kube import Kube
 from capfleet_e2e.baremetal.ipmi import VirtualBmc
 from capfleet_e2e.baremetal.lab import PxeLab
 from capfleet_e2e.baremetal.servers import BareMetalServer
+from capfleet_e2e.deployramdisk.build import DeployRamdisk
 from capfleet_e2e.libvirt.image import TestImage
 from capfleet_e2e.processes import free_port
 
@@ -42,6 +47,38 @@ def operator_env(pxe_lab: PxeLab, files: Path) -> dict[str, str]:
     }
 
 
+def deploy_env(pxe_lab: PxeLab, ramdisk: DeployRamdisk, files: Path, cache: Path) -> dict[str, str]:
+    """The operator's environment for image deployments: it serves the deploy ramdisk and caches images."""
+    return {
+        **operator_env(pxe_lab, files),
+        "CAPFLEET_DEPLOY_RAMDISK_DIR": str(ramdisk.directory),
+        "CAPFLEET_IMAGE_CACHE_DIR": str(cache),
+    }
+
+
+@contextlib.asynccontextmanager
+async def image_server(files: Mapping[str, Path | bytes]) -> AsyncIterator[str]:
+    """An HTTP server on loopback with `files` (path → file or bytes), where images come from; yields its
+    URL. Only the operator reaches it: the servers get their image through the operator's cache."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        found = files.get(request.path)
+        if found is None:
+            raise web.HTTPNotFound()
+        return web.FileResponse(found) if isinstance(found, Path) else web.Response(body=found)
+
+    app = web.Application()
+    app.router.add_get("/{path:.*}", handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
 def boot_files(image: TestImage, directory: Path) -> Path:
     """A directory the operator serves under /files/: the netboot kernel and initrd."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -56,6 +93,7 @@ async def create_secrets(
     server: BareMetalServer,
     password: str | None = None,
     ipmi: VirtualBmc | None = None,
+    user_data: str = USER_DATA,
 ) -> None:
     """The BMC credentials Secret (the Redfish emulator's, or `ipmi`'s) and the bootstrap data Secret."""
     if ipmi is not None:
@@ -68,15 +106,14 @@ async def create_secrets(
         }
     for name, data in (
         (f"{server.name}-bmc", credentials),
-        (f"{server.name}-bootstrap", {"value": b64(USER_DATA)}),
+        (f"{server.name}-bootstrap", {"value": b64(user_data)}),
     ):
         body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "data": data}
         await kube.create(resources.SECRETS, body, namespace)
 
 
-async def create_instance(
-    kube: Kube, namespace: str, server: BareMetalServer, image: TestImage, boot_url: str, **spec: Any
-) -> str:
+async def create_with(kube: Kube, namespace: str, server: BareMetalServer, **spec: Any) -> str:
+    """A BaremetalInstance for `server` (its BMC, boot MAC and bootstrap Secret) with `spec` on top."""
     body = {
         "apiVersion": f"{kinds.BAREMETAL_GROUP}/{kinds.VERSION}",
         "kind": "BaremetalInstance",
@@ -84,17 +121,24 @@ async def create_instance(
         "spec": {
             "bmc": {"address": server.bmc_address, "credentialsSecretRef": {"name": f"{server.name}-bmc"}},
             "bootMACAddress": server.mac,
-            "os": {
-                "kernelURL": f"{boot_url}/files/kernel",
-                "initrdURL": f"{boot_url}/files/initrd",
-                "kernelArgs": image.cmdline.split(),
-            },
             "userDataSecretRef": {"name": f"{server.name}-bootstrap"},
             **spec,
         },
     }
     await kube.create(INSTANCES, body, namespace)
     return server.name
+
+
+async def create_instance(
+    kube: Kube, namespace: str, server: BareMetalServer, image: TestImage, boot_url: str, **spec: Any
+) -> str:
+    """A BaremetalInstance that network-boots the lab's installer (`spec.os`) unless `spec` says otherwise."""
+    installer = {
+        "kernelURL": f"{boot_url}/files/kernel",
+        "initrdURL": f"{boot_url}/files/initrd",
+        "kernelArgs": image.cmdline.split(),
+    }
+    return await create_with(kube, namespace, server, **{"os": installer, **spec})
 
 
 def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:

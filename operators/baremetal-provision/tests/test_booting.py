@@ -120,10 +120,67 @@ def test_cleaning_script_calls_back_to_the_cleaning_url_and_has_no_seed() -> Non
     ]
 
 
-def test_the_cleaning_profile_is_its_own_or_the_installers() -> None:
+RAMDISK = booting.ramdisk_profile("http://b:1/deploy/vmlinuz", "http://b:1/deploy/initrd.img")
+DIGEST = "ab" * 32
+
+
+def image_spec(**fields: Any) -> BaremetalInstanceSpec:
+    """A spec that deploys an image through the deploy ramdisk."""
+    base = spec(**fields).to_wire()
+    base.pop("os")
+    return BaremetalInstanceSpec.model_validate(
+        {"image": {"url": "https://images.example/node.raw", "checksum": DIGEST}, **base, **fields}
+    )
+
+
+def test_the_cleaning_profile_is_its_own_or_what_deployed() -> None:
     cleaner = {"kernelURL": "http://h/ck", "initrdURL": "http://h/ci"}
-    assert booting.cleaning_profile(spec(cleaningOs=cleaner)) == OSProfile.model_validate(cleaner)
-    assert booting.cleaning_profile(spec()) == OS
+    assert booting.cleaning_profile(spec(cleaningOs=cleaner), RAMDISK) == OSProfile.model_validate(cleaner)
+    assert booting.cleaning_profile(spec(), RAMDISK) == OS
+    assert booting.cleaning_profile(image_spec(), RAMDISK) == RAMDISK
+
+
+def test_the_deploy_script_boots_the_ramdisk_with_the_image_hints_seed_and_callback() -> None:
+    given = image_spec(rootDeviceHints={"serialNumber": "S1", "minSizeGigabytes": 20})
+    lines = booting.deploy_script(given, RAMDISK, "http://b:1/", "tok", cached=False).splitlines()
+    assert lines[0] == "#!ipxe"
+    assert lines[2:] == ["initrd http://b:1/deploy/initrd.img", "boot"]
+    kernel, url, *args = lines[1].split(" ")
+    assert (kernel, url) == ("kernel", "http://b:1/deploy/vmlinuz")
+    assert args == [
+        "console=ttyS0",
+        "quiet",
+        "loglevel=3",
+        "panic=-1",
+        "capfleet.mode=deploy",
+        "capfleet.image=https://images.example/node.raw",
+        f"capfleet.checksum={DIGEST}",
+        "capfleet.format=raw",
+        "ds=nocloud-net;s=http://b:1/seed/tok/",
+        "capfleet.callback=http://b:1/callback/tok",
+        "capfleet.hints=serial:S1,min_size_gib:20",
+    ]
+
+
+def test_a_cached_image_and_its_checksum_url_are_fetched_from_the_operator_by_token() -> None:
+    by_url = image_spec(
+        image={"url": "https://i/n.qcow2", "checksum": "https://i/n.sha256", "format": "qcow2"}
+    )
+    script = booting.deploy_script(by_url, RAMDISK, "http://b:1", "tok", cached=True)
+    assert "capfleet.image=http://b:1/images/tok/image" in script.split()
+    assert "capfleet.checksum_url=http://b:1/images/tok/sha256" in script.split()
+    assert "capfleet.format=qcow2" in script.split()
+    by_digest = booting.deploy_script(image_spec(), RAMDISK, "http://b:1", "tok", cached=True)
+    assert f"capfleet.checksum={DIGEST}" in by_digest.split()
+    uncached = booting.deploy_script(by_url, RAMDISK, "http://b:1", "tok", cached=False)
+    assert "capfleet.checksum_url=https://i/n.sha256" in uncached.split()
+
+
+def test_cleaning_defaults_to_metadata_with_an_image_and_disabled_with_an_installer() -> None:
+    assert image_spec().cleans_metadata
+    assert not image_spec(cleaning="disabled").cleans_metadata
+    assert not spec().cleans_metadata
+    assert spec(cleaning="metadata").cleans_metadata
 
 
 def test_cleaning_is_for_metadata_cleaning_of_deleted_instances_not_moved() -> None:

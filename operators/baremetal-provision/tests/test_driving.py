@@ -159,7 +159,7 @@ async def test_the_callback_puts_the_boot_device_back_on_disk_then_reports_provi
     assert [p["phase"] for p in kube.status if "phase" in p] == ["Provisioned"]
     assert kube.events == [("Normal", "Provisioned")]
     assert condition(kube, "Ready")["status"] == "True"
-    assert condition(kube, "Provisioned")["reason"] == "InstallerCalledBack"
+    assert condition(kube, "Provisioned")["reason"] == "Deployed"
 
 
 async def test_online_false_shuts_a_provisioned_server_down() -> None:
@@ -169,15 +169,60 @@ async def test_online_false_shuts_a_provisioned_server_down() -> None:
     assert server.calls == ["shut_down", "close"]
 
 
-async def test_an_installer_that_never_calls_back_expires() -> None:
+async def test_an_installer_that_never_calls_back_fails_its_only_attempt() -> None:
     server = FakeBMC(power="On", device="pxe", override="Once")
     ctx, kube = context(server)
-    await provisioning.reconcile(ctx, body({markers.NETWORK_BOOTED: ago(120)}, provisioningTimeoutSeconds=60))
-    assert server.calls == ["power_off", "boot_disk_persistent", "close"]
+    given = body({markers.NETWORK_BOOTED: ago(120)}, provisioningTimeoutSeconds=60, maxProvisioningAttempts=1)
+    await provisioning.reconcile(ctx, given)
+    assert server.calls == ["power_off", "power_off", "boot_disk_persistent", "close"]
     assert last(kube, "phase") == "Failed"
-    assert condition(kube, "Provisioned")["reason"] == "ProvisioningTimedOut"
-    assert "within 60s" in condition(kube, "Provisioned")["message"]
-    assert kube.events == [("Warning", "Failed")]
+    provisioned = condition(kube, "Provisioned")
+    assert provisioned["reason"] == "RetryLimitExceeded"
+    assert (
+        provisioned["message"]
+        == "1 of 1 attempts failed; the last: ProvisioningTimedOut: no callback within 60s"
+    )
+    assert kube.annotations[markers.FAILED_ATTEMPTS] == "1"
+    assert last(kube, "lastFailure") == "ProvisioningTimedOut: no callback within 60s"
+    assert kube.events == [
+        ("Warning", "Retrying"),
+        ("Warning", "ProvisioningTimedOut"),
+        ("Warning", "Failed"),
+    ]
+
+
+async def test_a_reported_failure_is_counted_and_the_next_attempt_network_boots_afresh() -> None:
+    server = FakeBMC(power="On", device="pxe", override="Once")
+    ctx, kube = context(server)
+    reported = {
+        markers.NETWORK_BOOTED: ago(30),
+        markers.SEED_FETCHED: ago(20),
+        markers.FAILURE_REPORTED: "BadChecksum: the image is not the one asked for",
+        markers.FAILED_ATTEMPTS: "1",
+    }
+    await provisioning.reconcile(ctx, body(reported))
+    assert server.calls == ["power_off", "boot_pxe_once", "power_on", "close"]
+    assert kube.annotations[markers.FAILED_ATTEMPTS] == "2"
+    assert kube.annotations[markers.LAST_FAILURE] == "BadChecksum: the image is not the one asked for"
+    assert kube.annotations[markers.FAILURE_REPORTED] is None  # removed, with the seed mark, in one patch
+    assert kube.annotations[markers.SEED_FETCHED] is None
+    assert kube.annotations[markers.NETWORK_BOOTED]  # the next attempt's power cycle
+    assert last(kube, "phase") == "NetworkBooting"
+    assert last(kube, "provisioningAttempts") == 3
+    assert ("Warning", "BadChecksum") in kube.events
+
+
+async def test_an_image_deployment_power_cycles_onto_the_disk_once() -> None:
+    server = FakeBMC(power="On", device="pxe", override="Once")
+    ctx, kube = context(server)
+    deployed = {markers.NETWORK_BOOTED: ago(60), markers.SEED_FETCHED: ago(50), markers.CALLED_BACK: ago(1)}
+    image = {"url": "http://h/node.raw", "checksum": "ab" * 32}
+    await provisioning.reconcile(ctx, body(deployed, os=None, image=image))
+    assert server.calls == ["power_off", "boot_disk_persistent", "power_on", "close"]
+    assert kube.annotations[markers.DISK_BOOTED]
+    server.calls.clear()
+    await provisioning.reconcile(ctx, body({**deployed, **kube.annotations}, os=None, image=image))
+    assert server.calls == ["close"], "booted once; a running server is left alone"
 
 
 async def test_a_paused_instance_is_left_alone() -> None:

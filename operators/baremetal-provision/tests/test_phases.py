@@ -12,6 +12,7 @@ from baremetal_provision.backends.base import SystemFacts
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 ON_PXE = SystemFacts("On", "pxe", "Continuous")
 OFF_DISK = SystemFacts("Off", "disk", "Continuous")
+GOAL = phases.Goal(timeout_seconds=60)
 
 
 def marks(booted: timedelta | None = None, seed: bool = False, back: bool = False) -> phases.Marks:
@@ -26,8 +27,7 @@ def marks(booted: timedelta | None = None, seed: bool = False, back: bool = Fals
         (ON_PXE, marks(timedelta(seconds=10)), phases.Decision("NetworkBooting", "wait")),
         (OFF_DISK, marks(timedelta(seconds=10)), phases.Decision("NetworkBooting", "wait")),
         (ON_PXE, marks(timedelta(seconds=10), seed=True), phases.Decision("Installing", "wait")),
-        (ON_PXE, marks(timedelta(seconds=100)), phases.Decision("Failed", "expire")),
-        (OFF_DISK, marks(timedelta(seconds=100)), phases.Decision("Failed", "done")),
+        (ON_PXE, marks(timedelta(seconds=100)), phases.Decision("Retrying", "fail_attempt")),
         (ON_PXE, marks(timedelta(seconds=100), back=True), phases.Decision("Provisioned", "boot_from_disk")),
         (
             SystemFacts("On", "disk", "Once"),
@@ -38,12 +38,12 @@ def marks(booted: timedelta | None = None, seed: bool = False, back: bool = Fals
     ],
 )
 def test_decide(facts: SystemFacts, given: phases.Marks, expected: phases.Decision) -> None:
-    assert phases.decide(facts, given, timeout_seconds=60, now=NOW) == expected
+    assert phases.decide(facts, given, GOAL, now=NOW) == expected
 
 
 def test_a_restart_after_the_power_cycle_does_not_power_cycle_again() -> None:
     meta = {"name": "bm", "annotations": {markers.NETWORK_BOOTED: "2025-12-31T23:59:30Z"}}
-    decision = phases.decide(ON_PXE, phases.Marks.of(meta), timeout_seconds=60, now=NOW)
+    decision = phases.decide(ON_PXE, phases.Marks.of(meta), GOAL, now=NOW)
     assert decision.action == "wait"
 
 
@@ -82,10 +82,94 @@ OFF_DISK_ONCE = SystemFacts("Off", "disk", "Once")
 def test_provisioned_power_follows_online(
     facts: SystemFacts, online: bool, disk_requested: bool, expected: phases.Decision
 ) -> None:
-    decision = phases.decide(
-        facts, marks(back=True), timeout_seconds=60, now=NOW, online=online, disk_requested=disk_requested
-    )
+    goal = phases.Goal(timeout_seconds=60, online=online)
+    decision = phases.decide(facts, marks(back=True), goal, now=NOW, disk_requested=disk_requested)
     assert decision == expected
+
+
+THREE_TRIES = phases.Goal(timeout_seconds=60, max_attempts=3)
+
+
+def attempt(failed: int, reported: str | None = None, booted: int | None = 10) -> phases.Marks:
+    at = NOW - timedelta(seconds=booted) if booted is not None else None
+    return phases.Marks(at, False, False, failure_reported=reported, failed_attempts=failed)
+
+
+@pytest.mark.parametrize(
+    ("facts", "given", "expected"),
+    [
+        # The ramdisk reported a failure, or the deadline passed: this attempt is counted, the server off.
+        (
+            ON_PXE,
+            attempt(0, "BadChecksum: the image is not the one"),
+            phases.Decision("Retrying", "fail_attempt"),
+        ),
+        (ON_PXE, attempt(1, booted=61), phases.Decision("Retrying", "fail_attempt")),
+        # After a counted failure the marks are cleared: the next attempt network-boots again.
+        (OFF_DISK, attempt(2, booted=None), phases.Decision("NetworkBooting", "network_boot")),
+        (ON_PXE, attempt(2, booted=None), phases.Decision("PoweringOff", "power_off")),
+        # Every attempt failed: off and on disk, then nothing more; never another network boot.
+        (ON_PXE, attempt(3, booted=None), phases.Decision("Failed", "expire")),
+        (OFF_DISK, attempt(3, booted=None), phases.Decision("Failed", "done")),
+        (OFF_DISK, attempt(3, "DownloadFailed: 404"), phases.Decision("Failed", "done")),
+    ],
+)
+def test_failed_attempts_are_retried_up_to_the_limit(
+    facts: SystemFacts, given: phases.Marks, expected: phases.Decision
+) -> None:
+    assert phases.decide(facts, given, THREE_TRIES, now=NOW) == expected
+
+
+def test_the_attempts_count_the_running_one_until_the_limit() -> None:
+    assert attempt(0, booted=None).attempts(THREE_TRIES) == 0
+    assert attempt(0).attempts(THREE_TRIES) == 1
+    assert attempt(2).attempts(THREE_TRIES) == 3
+    assert attempt(3, booted=None).attempts(THREE_TRIES) == 3
+
+
+def test_the_failure_is_the_ramdisks_report_or_the_deadline() -> None:
+    assert phases.failure(attempt(0, "NoMatchingDisk: no disk has serial X"), 60).startswith(
+        "NoMatchingDisk:"
+    )
+    assert phases.failure(attempt(0), 60) == "ProvisioningTimedOut: no callback within 60s"
+
+
+IMAGE = phases.Goal(timeout_seconds=60, deploys_image=True)
+DEPLOYED = phases.Marks(NOW, True, True)
+FIRST_BOOTED = phases.Marks(NOW, True, True, disk_booted=True)
+
+
+@pytest.mark.parametrize(
+    ("facts", "given", "disk_requested", "expected"),
+    [
+        # The ramdisk called back, and may still be syncing or powering off: power off first.
+        (ON_PXE, DEPLOYED, False, phases.Decision("Provisioned", "power_off")),
+        (
+            SystemFacts("Off", "pxe", "Continuous"),
+            DEPLOYED,
+            False,
+            phases.Decision("Provisioned", "boot_from_disk"),
+        ),
+        (
+            SystemFacts("Off", "pxe", "Continuous"),
+            DEPLOYED,
+            True,
+            phases.Decision("Provisioned", "first_boot"),
+        ),
+        (OFF_DISK, DEPLOYED, False, phases.Decision("Provisioned", "first_boot")),
+        # Once booted from disk it is an ordinary provisioned server: a reboot is not another power cycle.
+        (
+            SystemFacts("On", "disk", "Continuous"),
+            FIRST_BOOTED,
+            False,
+            phases.Decision("Provisioned", "done"),
+        ),
+    ],
+)
+def test_a_deployed_image_is_power_cycled_onto_the_disk_once(
+    facts: SystemFacts, given: phases.Marks, disk_requested: bool, expected: phases.Decision
+) -> None:
+    assert phases.decide(facts, given, IMAGE, now=NOW, disk_requested=disk_requested) == expected
 
 
 def cleaning(booted: timedelta | None = None, cleaned: bool = False) -> phases.Marks:
@@ -148,3 +232,27 @@ def test_marks_are_read_from_annotations() -> None:
     assert found.cleaning_booted_at == NOW - timedelta(seconds=30)
     assert found.cleaned
     assert not found.called_back
+    assert (found.failed_attempts, found.failure_reported, found.disk_booted) == (0, None, False)
+
+
+def test_attempt_marks_are_read_from_annotations() -> None:
+    meta = {
+        "name": "bm",
+        "annotations": {
+            markers.FAILED_ATTEMPTS: "2",
+            markers.FAILURE_REPORTED: "BadChecksum: x",
+            markers.LAST_FAILURE: "DownloadFailed: y",
+            markers.DISK_BOOTED: "2026-01-01T00:00:00Z",
+        },
+    }
+    found = phases.Marks.of(meta)
+    assert (found.failed_attempts, found.failure_reported, found.last_failure) == (
+        2,
+        "BadChecksum: x",
+        "DownloadFailed: y",
+    )
+    assert found.disk_booted
+    # An edited counter that is not a count restarts it rather than failing every reconcile.
+    assert (
+        phases.Marks.of({"name": "bm", "annotations": {markers.FAILED_ATTEMPTS: "many"}}).failed_attempts == 0
+    )

@@ -1,6 +1,7 @@
 """BaremetalInstance on the real control plane with the bare-metal lab: QEMU servers behind sushy-tools'
 Redfish emulator really network-boot from the operator's iPXE scripts, fetch their NoCloud seed and call
-back; deletion powers them off; an installer that never calls back times out; a wrong password shows."""
+back; deletion powers them off; an installer that never calls back times out twice, each attempt a real
+power cycle, then stops at RetryLimitExceeded; a wrong password shows."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ async def test_provision_deprovision_and_timeout(
     await create_instance(
         kube, namespace, silent, netboot_image, boot_url,
         os={"kernelURL": f"{boot_url}/files/missing", "initrdURL": f"{boot_url}/files/initrd"},
-        provisioningTimeoutSeconds=60,
+        provisioningTimeoutSeconds=60, maxProvisioningAttempts=2,
     )  # fmt: skip
 
     async def provisioned() -> dict[str, Any] | None:
@@ -79,13 +80,17 @@ async def test_provision_deprovision_and_timeout(
     await eventually("the instance to be deleted", gone, within=60)
     assert (await facts(good)).power_state == "Off"
 
-    async def timed_out() -> dict[str, Any] | None:
+    async def gave_up() -> dict[str, Any] | None:
         obj = await kube.get(INSTANCES, silent.name, namespace)
         found = condition(obj, "Provisioned")
-        return obj if found and found["reason"] == "ProvisioningTimedOut" else None
+        return obj if found and found["reason"] == "RetryLimitExceeded" else None
 
-    obj = await eventually("the silent server to time out", timed_out, within=120)
+    obj = await eventually("the silent server to fail both attempts", gave_up, within=240)
     assert obj["status"]["phase"] == "Failed"
+    assert obj["status"]["provisioningAttempts"] == 2
+    assert obj["status"]["lastFailure"] == "ProvisioningTimedOut: no callback within 60s"
+    assert obj["metadata"]["annotations"][markers.FAILED_ATTEMPTS] == "2"
+    assert markers.NETWORK_BOOTED not in obj["metadata"]["annotations"], "no third network boot"
     silent_facts = await facts(silent)
     assert (silent_facts.power_state, silent_facts.boot_device) == ("Off", "disk")
 

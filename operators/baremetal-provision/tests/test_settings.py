@@ -22,10 +22,26 @@ def test_every_variable_keeps_its_name() -> None:
         "boot_listen": "CAPFLEET_BOOT_LISTEN",
         "boot_url": "CAPFLEET_BOOT_URL",
         "files_dir": "CAPFLEET_BOOT_FILES_DIR",
+        "deploy_ramdisk_dir": "CAPFLEET_DEPLOY_RAMDISK_DIR",
+        "deploy_kernel_url": "CAPFLEET_DEPLOY_KERNEL_URL",
+        "deploy_initrd_url": "CAPFLEET_DEPLOY_INITRD_URL",
+        "image_cache_dir": "CAPFLEET_IMAGE_CACHE_DIR",
         "shutdown_seconds": "CAPFLEET_BMC_SHUTDOWN_SECONDS",
         "power_wait_seconds": "CAPFLEET_BMC_POWER_WAIT_SECONDS",
         "ipmi_cipher_suite": "CAPFLEET_IPMI_CIPHER_SUITE",
     }
+
+
+def test_the_deploy_ramdisk_is_served_by_the_operator_unless_configured_elsewhere() -> None:
+    served = BaremetalSettings.load({})
+    assert served.deploy_ramdisk("http://b:1") == (
+        "http://b:1/deploy/vmlinuz",
+        "http://b:1/deploy/initrd.img",
+    )
+    elsewhere = BaremetalSettings.load(
+        {"CAPFLEET_DEPLOY_KERNEL_URL": "https://s/k", "CAPFLEET_DEPLOY_INITRD_URL": "https://s/i"}
+    )
+    assert elsewhere.deploy_ramdisk("http://b:1") == ("https://s/k", "https://s/i")
 
 
 def test_values_are_read_from_the_environment() -> None:

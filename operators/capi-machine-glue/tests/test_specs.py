@@ -171,7 +171,30 @@ def test_instance_spec_from_the_claimed_device() -> None:
         "control-plane-endpoint-host": "192.0.2.10",
         "control-plane-endpoint-port": "6443",
     }
-    assert wire["cleaning"] == "disabled"
+    assert "cleaning" not in wire, "unset: the instance's default for what deploys (an installer: disabled)"
+    assert wire["maxProvisioningAttempts"] == 3
+    assert "image" not in wire
+
+
+def test_an_image_machine_carries_its_image_hints_and_attempts_to_the_instance() -> None:
+    image = {"url": "https://images.example/node.raw", "checksum": "ab" * 32, "format": "raw"}
+    baremetal = {
+        "deviceSelector": {"role": "worker"},
+        "image": image,
+        "rootDeviceHints": {"minSizeGigabytes": 8},
+        "maxProvisioningAttempts": 2,
+    }
+    spec = specs.instance_spec(
+        metal_machine(baremetal=baremetal), cluster(), FACTS, DEVICE, {"eno1": V4["eth0"]}
+    )
+    wire = spec.to_wire()
+    assert (wire["image"], wire["rootDeviceHints"], wire["maxProvisioningAttempts"]) == (
+        image,
+        {"minSizeGigabytes": 8},
+        2,
+    )
+    assert "os" not in wire
+    assert spec.cleans_metadata, "an image deployment cleans by default, as Metal3's hosts do"
 
 
 def test_a_server_boots_with_the_network_config_it_had_before_and_a_vm_names_nics_alike() -> None:

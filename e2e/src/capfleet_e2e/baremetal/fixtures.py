@@ -11,7 +11,8 @@ import pytest
 
 from capfleet_e2e.baremetal.lab import PxeLab
 from capfleet_e2e.baremetal.netboot import ensure_netboot_image
-from capfleet_e2e.baremetal.servers import BareMetalServer
+from capfleet_e2e.baremetal.servers import DEFAULT_SHAPE, BareMetalServer, Shape
+from capfleet_e2e.deployramdisk.build import DeployRamdisk, ensure_deploy_ramdisk
 from capfleet_e2e.libvirt.image import TestImage
 
 
@@ -24,11 +25,11 @@ def pxe_lab() -> Iterator[PxeLab]:
 
 @pytest.fixture
 def baremetal_servers(pxe_lab: PxeLab) -> Iterator[Callable[[int], list[BareMetalServer]]]:
-    """`baremetal_servers(n)`: n new powered-off servers in the lab, removed after the test."""
+    """`baremetal_servers(n[, shape])`: n new powered-off servers in the lab, removed after the test."""
     made: list[BareMetalServer] = []
 
-    def make(count: int = 1) -> list[BareMetalServer]:
-        servers = pxe_lab.define_servers(count)
+    def make(count: int = 1, shape: Shape = DEFAULT_SHAPE) -> list[BareMetalServer]:
+        servers = pxe_lab.define_servers(count, shape=shape)
         made.extend(servers)
         return servers
 
@@ -40,3 +41,9 @@ def baremetal_servers(pxe_lab: PxeLab) -> Iterator[Callable[[int], list[BareMeta
 def netboot_image() -> TestImage:
     """The test image whose /init fetches its NoCloud seed over HTTP (for iPXE to boot)."""
     return ensure_netboot_image()
+
+
+@pytest.fixture(scope="session")
+def deploy_ramdisk() -> DeployRamdisk:
+    """capfleet's deploy ramdisk (built once per machine, then cached)."""
+    return ensure_deploy_ramdisk()

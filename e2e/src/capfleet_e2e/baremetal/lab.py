@@ -14,7 +14,14 @@ from typing import Self
 from capfleet_e2e.baremetal.dnsmasq import PxeDnsmasq
 from capfleet_e2e.baremetal.netns import PxeNetwork
 from capfleet_e2e.baremetal.redfish import RedfishEmulator
-from capfleet_e2e.baremetal.servers import BareMetalServer, define_server, remove_server, server_mac
+from capfleet_e2e.baremetal.servers import (
+    DEFAULT_SHAPE,
+    BareMetalServer,
+    Shape,
+    define_server,
+    remove_server,
+    server_mac,
+)
 from capfleet_e2e.libvirt.daemon import LibvirtDaemon
 
 
@@ -49,7 +56,9 @@ class PxeLab:
             raise
         return self
 
-    def define_servers(self, count: int, prefix: str = "bm") -> list[BareMetalServer]:
+    def define_servers(
+        self, count: int, prefix: str = "bm", shape: Shape = DEFAULT_SHAPE
+    ) -> list[BareMetalServer]:
         """Define `count` powered-off servers (see servers.py); `remove_servers` undefines them."""
         servers = []
         conn = self.daemon.connect()
@@ -59,17 +68,19 @@ class PxeLab:
                 name = f"{prefix}-{index}"
                 mac = server_mac(self.network.network.network_address.packed[2], index)
                 serial_log = self.network.log_dir / "serial" / f"{name}.log"
-                uuid = define_server(conn, self.daemon.pool_name, name, mac, self.network.bridge, serial_log)
+                bridge = self.network.bridge
+                defined = define_server(conn, self.daemon.pool_name, name, mac, bridge, serial_log, shape)
                 servers.append(
                     BareMetalServer(
                         name=name,
-                        uuid=uuid,
+                        uuid=defined.uuid,
                         mac=mac,
-                        redfish_url=self.emulator.system_url(uuid),
+                        redfish_url=self.emulator.system_url(defined.uuid),
                         username=self.emulator.username,
                         password=self.emulator.password,
                         ca_cert=self.emulator.ca_cert,
                         serial_log=serial_log,
+                        disk_path=defined.disk_path,
                     )
                 )
         finally:

@@ -2,8 +2,9 @@
 
 Each is defined but not started: one virtio NIC on the PXE bridge (a deterministic MAC; QEMU's iPXE ROM
 network-boots it), boot order network then disk (the BMC changes it through Redfish), `<acpi/>` so that a
-`poweroff` in the guest powers it off, a small empty disk, and a serial console written to a file in the
-artifacts directory. Tests see a `BareMetalServer`: what an operator's BaremetalInstance would be given.
+`poweroff` in the guest powers it off, an empty disk (small and sparse; its size, serial number and the
+server's memory are the `Shape`'s), and a serial console written to a file in the artifacts directory.
+Tests see a `BareMetalServer`: what an operator's BaremetalInstance would be given.
 """
 
 from __future__ import annotations
@@ -21,6 +22,18 @@ DISK_MIB = 64
 
 
 @dataclass(frozen=True)
+class Shape:
+    """A server's hardware: enough to run an installer by default; a node needs more memory and disk."""
+
+    memory_mib: int = MEMORY_MIB
+    disk_mib: int = DISK_MIB
+    disk_serial: str | None = None
+
+
+DEFAULT_SHAPE = Shape()
+
+
+@dataclass(frozen=True)
 class BareMetalServer:
     """One server: its BMC (Redfish System URL, credentials, CA to verify the emulator), MAC, serial log."""
 
@@ -32,6 +45,7 @@ class BareMetalServer:
     password: str
     ca_cert: Path
     serial_log: Path
+    disk_path: Path
 
     @property
     def bmc_address(self) -> str:
@@ -51,11 +65,14 @@ def server_mac(network_index: int, index: int) -> str:
     return f"52:54:00:ca:{network_index & 0xFF:02x}:{index & 0xFF:02x}"
 
 
-def domain_xml(name: str, mac: str, bridge: str, disk_path: str, serial_log: Path) -> str:
+def domain_xml(
+    name: str, mac: str, bridge: str, disk_path: str, serial_log: Path, shape: Shape = DEFAULT_SHAPE
+) -> str:
     """A TCG domain that network-boots first, then boots from its (empty) disk."""
+    serial = f"<serial>{shape.disk_serial}</serial>" if shape.disk_serial else ""
     return f"""<domain type='qemu'>
   <name>{name}</name>
-  <memory unit='MiB'>{MEMORY_MIB}</memory>
+  <memory unit='MiB'>{shape.memory_mib}</memory>
   <vcpu>1</vcpu>
   <os><type arch='x86_64' machine='pc'>hvm</type><boot dev='network'/><boot dev='hd'/></os>
   <features><acpi/></features>
@@ -63,7 +80,8 @@ def domain_xml(name: str, mac: str, bridge: str, disk_path: str, serial_log: Pat
   <on_reboot>restart</on_reboot>
   <devices>
     <disk type='file' device='disk'>
-      <driver name='qemu' type='raw'/><source file={quoteattr(disk_path)}/><target dev='vda' bus='virtio'/>
+      <driver name='qemu' type='raw'/><source file={quoteattr(disk_path)}/>
+      <target dev='vda' bus='virtio'/>{serial}
     </disk>
     <interface type='bridge'>
       <mac address='{mac}'/><source bridge='{bridge}'/><model type='virtio'/>
@@ -74,18 +92,31 @@ def domain_xml(name: str, mac: str, bridge: str, disk_path: str, serial_log: Pat
 </domain>"""
 
 
-def define_server(conn: Any, pool_name: str, name: str, mac: str, bridge: str, serial_log: Path) -> str:
-    """Create the server's disk in the pool and define (not start) its domain; returns the libvirt UUID."""
+@dataclass(frozen=True)
+class Defined:
+    uuid: str
+    disk_path: Path
+
+
+def define_server(
+    conn: Any,
+    pool_name: str,
+    name: str,
+    mac: str,
+    bridge: str,
+    serial_log: Path,
+    shape: Shape = DEFAULT_SHAPE,
+) -> Defined:
+    """Create the server's disk in the pool and define (not start) its domain."""
     pool = conn.storagePoolLookupByName(pool_name)
     vol = pool.createXML(
-        f"<volume><name>{name}-disk.raw</name><capacity unit='MiB'>{DISK_MIB}</capacity>"
-        "<target><format type='raw'/></target></volume>",
+        f"<volume><name>{name}-disk.raw</name><capacity unit='MiB'>{shape.disk_mib}</capacity>"
+        "<allocation>0</allocation><target><format type='raw'/></target></volume>",
         0,
     )
     serial_log.parent.mkdir(parents=True, exist_ok=True)
-    dom = conn.defineXML(domain_xml(name, mac, bridge, vol.path(), serial_log))
-    uuid: str = dom.UUIDString()
-    return uuid
+    dom = conn.defineXML(domain_xml(name, mac, bridge, vol.path(), serial_log, shape))
+    return Defined(dom.UUIDString(), Path(vol.path()))
 
 
 def remove_server(conn: Any, pool_name: str, name: str) -> None:

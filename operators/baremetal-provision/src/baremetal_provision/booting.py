@@ -1,8 +1,10 @@
 """What the guests are served: iPXE scripts, kernel arguments and the NoCloud seed (pure functions).
 
 The HTTP server (`serving`) answers with these; keeping them free of I/O lets the exact scripts and
-meta-data be unit-tested. The static `boot.ipxe` chains to a per-MAC script, which network-boots the
-instance's OS profile with the seed and callback URLs (behind the instance's token) on its command line.
+meta-data be unit-tested. The static `boot.ipxe` chains to a per-MAC script, which network-boots capfleet's
+deploy ramdisk told which image to write where (`ramdisk_args`), or the instance's custom installer, with
+the seed and callback URLs (behind the instance's token) on its command line. When the operator caches
+images, the ramdisk fetches the image (and a checksum given as a URL) from the operator, by token.
 The seed's meta-data and network-config are rendered by `capfleet.cloudinit`, by the same rules as a
 VM's, so one HybridMachine network gives the same guest wherever the machine lands.
 """
@@ -14,8 +16,9 @@ from collections.abc import Sequence
 
 import yaml
 
+from baremetal_provision import ramdisk_args
 from capfleet import cloudinit
-from capfleet.api.baremetal import BaremetalInstanceSpec, OSProfile
+from capfleet.api.baremetal import BaremetalInstanceSpec, Image, OSProfile
 
 MAC = re.compile(r"^([0-9a-f]{2}[:-]){5}[0-9a-f]{2}$")
 
@@ -40,9 +43,13 @@ def exit_script(reason: str) -> str:
     return f"#!ipxe\necho capfleet: {reason}\nexit\n"
 
 
+def seed_url(base: str, token: str) -> str:
+    return f"{base}/seed/{token}/"
+
+
 def kernel_args(boot_url: str, token: str, extra: Sequence[str]) -> list[str]:
     base = base_url(boot_url)
-    return [*extra, f"ds=nocloud-net;s={base}/seed/{token}/", f"capfleet.callback={base}/callback/{token}"]
+    return [*extra, f"ds=nocloud-net;s={seed_url(base, token)}", f"capfleet.callback={base}/callback/{token}"]
 
 
 def _script(os_profile: OSProfile, args: Sequence[str]) -> str:
@@ -50,29 +57,51 @@ def _script(os_profile: OSProfile, args: Sequence[str]) -> str:
 
 
 def install_script(os_profile: OSProfile, boot_url: str, token: str) -> str:
-    """The per-MAC script: kernel with the seed/callback arguments, initrd, boot."""
+    """The per-MAC script of a custom installer: kernel with the seed/callback arguments, initrd, boot."""
     return _script(os_profile, kernel_args(boot_url, token, os_profile.kernel_args))
 
 
-def cleaning_args(boot_url: str, token: str, extra: Sequence[str]) -> list[str]:
+def ramdisk_profile(kernel_url: str, initrd_url: str) -> OSProfile:
+    """capfleet's deploy ramdisk as a profile: its kernel, initrd and base arguments."""
+    return OSProfile(kernel_url=kernel_url, initrd_url=initrd_url, kernel_args=list(ramdisk_args.BASE_ARGS))
+
+
+def image_source(image: Image, base: str, token: str, cached: bool) -> ramdisk_args.ImageSource:
+    """Where the ramdisk fetches the image and its checksum: as given, or from the operator's cache."""
+    if not cached:
+        return ramdisk_args.ImageSource(image.url, image.checksum, image.format)
+    digest_given = ramdisk_args.SHA256.match(image.checksum)
+    checksum = image.checksum if digest_given else f"{base}/images/{token}/sha256"
+    return ramdisk_args.ImageSource(f"{base}/images/{token}/image", checksum, image.format)
+
+
+def deploy_script(
+    spec: BaremetalInstanceSpec, ramdisk: OSProfile, boot_url: str, token: str, *, cached: bool
+) -> str:
+    """The per-MAC script that has the deploy ramdisk write `spec.image` and the seed, then call back."""
+    assert spec.image is not None
     base = base_url(boot_url)
-    return [
-        *extra,
-        "capfleet.mode=cleaning",
-        "capfleet.cleaning=metadata",
-        f"capfleet.callback={base}/cleaned/{token}",
-    ]
+    hints = spec.root_device_hints.to_wire() if spec.root_device_hints is not None else None
+    args = ramdisk_args.deploy_args(
+        image_source(spec.image, base, token, cached),
+        seed_url(base, token),
+        f"{base}/callback/{token}",
+        hints,
+    )
+    return _script(ramdisk, [*ramdisk.kernel_args, *args])
 
 
-def cleaning_profile(spec: BaremetalInstanceSpec) -> OSProfile:
-    """`spec.cleaningOs`, or the installer profile `spec.os` (told by `capfleet.mode=cleaning`)."""
-    return spec.cleaning_os or spec.os
+def cleaning_profile(spec: BaremetalInstanceSpec, ramdisk: OSProfile) -> OSProfile:
+    """`spec.cleaningOs`, else what deployed: the deploy ramdisk or the custom installer `spec.os` (both
+    told by `capfleet.mode=cleaning`)."""
+    return spec.cleaning_os or spec.os or ramdisk
 
 
 def cleaning_script(os_profile: OSProfile, boot_url: str, token: str) -> str:
     """The per-MAC script while a deleted instance is cleaned: the cleaning profile, which wipes the disk
     metadata and calls back to the cleaning callback; no seed."""
-    return _script(os_profile, cleaning_args(boot_url, token, os_profile.kernel_args))
+    callback = f"{base_url(boot_url)}/cleaned/{token}"
+    return _script(os_profile, [*os_profile.kernel_args, *ramdisk_args.cleaning_args(callback)])
 
 
 def provider_id(namespace: str, name: str, spec: BaremetalInstanceSpec) -> str:

@@ -7,7 +7,7 @@ instances waiting for their installer (and rebuilds a lost status), a slower one
 instances with their BMC (power state, `spec.online`); deletion cleans (if asked) and powers the server
 off. Two indexes find an instance by its boot MAC and by its token for the HTTP server, which starts
 with the operator where the settings say (`capfleet.runtime.run` puts them in memo before any startup
-handler runs).
+handler runs), with the image cache when they enable it.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 import kopf
 
-from baremetal_provision import markers, provisioning, serving
+from baremetal_provision import imagecache, markers, provisioning, serving
 from baremetal_provision.contexts import LOCKS_KEY, Context
 from baremetal_provision.settings import BaremetalSettings
 from capfleet import reconciling, runtime
@@ -30,6 +30,7 @@ INSTANCES = kinds.BAREMETAL_INSTANCE.resource.watch
 DEADLINE_CHECK_SECONDS = 5.0
 RESYNC_SECONDS = 60.0
 BOOT_SERVER_KEY = "boot_server"
+IMAGE_CACHE_KEY = "image_cache"
 
 
 @kopf.index(*INSTANCES)
@@ -53,9 +54,12 @@ async def start_boot_server(memo: kopf.Memo, **kwargs: Any) -> None:
     memo[LOCKS_KEY] = {}
     # kopf passes its indexes by name; its startup handler type does not declare them.
     by_mac, by_token = kwargs["instances_by_mac"], kwargs["instances_by_token"]
-    lookup = serving.Lookup(memo, by_mac, by_token, settings.boot_url)
-    app = serving.application(lookup, settings.files_dir)
-    memo[BOOT_SERVER_KEY] = await serving.start(app, settings.listen_host, settings.listen_port)
+    images = imagecache.open_cache(settings.image_cache_dir)
+    memo[IMAGE_CACHE_KEY] = images
+    lookup = serving.Lookup(memo, by_mac, by_token, settings, images)
+    memo[BOOT_SERVER_KEY] = await serving.start(
+        serving.application(lookup), settings.listen_host, settings.listen_port
+    )
 
 
 @kopf.on.cleanup()
@@ -63,6 +67,9 @@ async def stop_boot_server(memo: kopf.Memo, **_: Any) -> None:
     runner = memo.get(BOOT_SERVER_KEY)
     if runner is not None:
         await runner.cleanup()
+    images = memo.get(IMAGE_CACHE_KEY)
+    if images is not None:
+        await images.session.close()
 
 
 @kopf.on.resume(*INSTANCES)

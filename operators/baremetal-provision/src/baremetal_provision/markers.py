@@ -2,9 +2,10 @@
 
 clusterctl move drops status and changes UIDs, and an operator restart forgets everything in memory, so
 what provisioning did (the power cycle that network-booted the server, the seed the guest fetched, the
-installer's callback, and on deletion the cleaner's boot and callback) and the per-instance token secret
-live in annotations. The reconcile reads them to know where it was, the HTTP server writes the guest's
-marks, and the token is derived from them here.
+installer's callback or reported failure, the failed attempts so far, the first boot from disk, and on
+deletion the cleaner's boot and callback) and the per-instance token secret live in annotations. The
+reconcile reads them to know where it was, the HTTP server writes the guest's marks, and the token is
+derived from them here.
 """
 
 from __future__ import annotations
@@ -31,6 +32,12 @@ SEED_FETCHED = PREFIX + "seed-fetched-at"
 CALLED_BACK = PREFIX + "installer-called-back-at"
 CLEANING_BOOTED = PREFIX + "cleaning-booted-at"
 CLEANED = PREFIX + "cleaner-called-back-at"
+FAILURE_REPORTED = PREFIX + "deploy-failure"
+FAILED_ATTEMPTS = PREFIX + "failed-attempts"
+LAST_FAILURE = PREFIX + "last-failure"
+DISK_BOOTED = PREFIX + "disk-booted-at"
+ATTEMPT_MARKS = (NETWORK_BOOTED, SEED_FETCHED, CALLED_BACK, FAILURE_REPORTED)
+"""Cleared together when an attempt is counted as failed, so the next one starts afresh."""
 
 
 def now() -> str:
@@ -44,6 +51,11 @@ def parse_time(value: str | None) -> datetime | None:
         return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
     except ValueError:
         return None
+
+
+def count(value: str | None) -> int:
+    """A counter annotation's value; 0 when absent or not a count (an edited annotation restarts it)."""
+    return int(value) if value and value.isdigit() else 0
 
 
 def annotations_of(meta: Mapping[str, Any]) -> Mapping[str, str]:
@@ -69,9 +81,9 @@ def token_of(meta: Mapping[str, Any]) -> str | None:
 
 
 def cleans(meta: Mapping[str, Any], spec: BaremetalInstanceSpec) -> bool:
-    """Whether deleting this instance network-boots the cleaner (`cleaning: metadata`), which a
-    clusterctl move never does."""
-    return spec.cleaning == "metadata" and not pausing.moving(meta)
+    """Whether deleting this instance network-boots the cleaner (`cleaning: metadata`, the default with an
+    image), which a clusterctl move never does."""
+    return spec.cleans_metadata and not pausing.moving(meta)
 
 
 def cleaning_pending(meta: Mapping[str, Any], spec: BaremetalInstanceSpec) -> bool:

@@ -3,6 +3,12 @@
 The reconcile observes, calls `decide`, carries out one action and observes again; being a pure function
 of what is observed, the decision is the same after an operator restart, which is why a restart in the
 middle of network booting does not power-cycle the server again: the network-boot mark says it happened.
+
+A deployment that fails (the deploy ramdisk reports why) or times out is one attempt: the server is
+powered off, the attempt counted and its marks cleared in one write, and the next attempt network-boots
+again, until `maxProvisioningAttempts` have failed (Failed, RetryLimitExceeded). BMC errors are not
+attempts: they raise and are retried without end. An image deployment ends in a power cycle onto the disk
+(the ramdisk powers off; the first boot from disk is marked so that it happens once).
 """
 
 from __future__ import annotations
@@ -14,13 +20,50 @@ from typing import Any, Literal
 
 from baremetal_provision import markers
 from baremetal_provision.backends.base import SystemFacts
+from capfleet.api.baremetal import BaremetalInstanceSpec
 
 Phase = Literal[
-    "PoweringOff", "NetworkBooting", "Installing", "Provisioned", "Failed", "Cleaning", "Deprovisioning"
+    "PoweringOff",
+    "NetworkBooting",
+    "Installing",
+    "Provisioned",
+    "Retrying",
+    "Failed",
+    "Cleaning",
+    "Deprovisioning",
 ]
 Action = Literal[
-    "power_off", "network_boot", "boot_from_disk", "power_on", "shut_down", "expire", "wait", "done"
+    "power_off",
+    "network_boot",
+    "boot_from_disk",
+    "power_on",
+    "first_boot",
+    "shut_down",
+    "fail_attempt",
+    "expire",
+    "wait",
+    "done",
 ]
+
+
+@dataclass(frozen=True)
+class Goal:
+    """What the spec asks of provisioning."""
+
+    timeout_seconds: int
+    online: bool = True
+    max_attempts: int = 1
+    deploys_image: bool = False
+    """The deploy ramdisk writes an image and powers off: the server is power-cycled onto its disk."""
+
+    @classmethod
+    def of(cls, spec: BaremetalInstanceSpec) -> Goal:
+        return cls(
+            timeout_seconds=spec.provisioning_timeout_seconds,
+            online=spec.online,
+            max_attempts=spec.max_provisioning_attempts,
+            deploys_image=spec.image is not None,
+        )
 
 
 @dataclass(frozen=True)
@@ -32,6 +75,11 @@ class Marks:
     called_back: bool
     cleaning_booted_at: datetime | None = None
     cleaned: bool = False
+    failure_reported: str | None = None
+    """What the deploy ramdisk reported of this attempt's failure ("Reason: message")."""
+    failed_attempts: int = 0
+    last_failure: str | None = None
+    disk_booted: bool = False
 
     @classmethod
     def of(cls, meta: Mapping[str, Any]) -> Marks:
@@ -42,7 +90,16 @@ class Marks:
             called_back=bool(found.get(markers.CALLED_BACK)),
             cleaning_booted_at=markers.parse_time(found.get(markers.CLEANING_BOOTED)),
             cleaned=bool(found.get(markers.CLEANED)),
+            failure_reported=found.get(markers.FAILURE_REPORTED) or None,
+            failed_attempts=markers.count(found.get(markers.FAILED_ATTEMPTS)),
+            last_failure=found.get(markers.LAST_FAILURE) or None,
+            disk_booted=bool(found.get(markers.DISK_BOOTED)),
         )
+
+    def attempts(self, goal: Goal) -> int:
+        """Attempts made so far: the failed ones and the one running, if any."""
+        running = self.network_booted_at is not None and self.failed_attempts < goal.max_attempts
+        return self.failed_attempts + (1 if running else 0)
 
     def deadline(self, timeout_seconds: int) -> datetime | None:
         if self.network_booted_at is None:
@@ -57,13 +114,7 @@ class Decision:
 
 
 def decide(
-    facts: SystemFacts,
-    marks: Marks,
-    *,
-    timeout_seconds: int,
-    now: datetime,
-    online: bool = True,
-    disk_requested: bool = False,
+    facts: SystemFacts, marks: Marks, goal: Goal, *, now: datetime, disk_requested: bool = False
 ) -> Decision:
     """The phase the instance is in and the one action that moves it on.
 
@@ -73,24 +124,50 @@ def decide(
     after the next cold start (virtualbmc) or never report an override as persistent, so asking again
     would loop. The next pass (the next reconcile) checks again.
     """
+    if marks.failed_attempts >= goal.max_attempts:
+        return _stopped(facts)
     if marks.called_back:
-        if not disk_requested and (facts.boot_device != "disk" or facts.boot_override == "Once"):
-            return Decision("Provisioned", "boot_from_disk")
-        if online and facts.power_state == "Off":
-            return Decision("Provisioned", "power_on")
-        if not online and facts.power_state == "On":
-            return Decision("Provisioned", "shut_down")
-        return Decision("Provisioned", "done")
-    deadline = marks.deadline(timeout_seconds)
+        if goal.deploys_image and not marks.disk_booted:
+            return _first_boot(facts, disk_requested)
+        return _provisioned(facts, goal.online, disk_requested)
+    deadline = marks.deadline(goal.timeout_seconds)
     if deadline is None:
         if facts.power_state != "Off":
             return Decision("PoweringOff", "power_off")
         return Decision("NetworkBooting", "network_boot")
-    if now >= deadline:
-        if facts.power_state != "Off" or facts.boot_device == "pxe":
-            return Decision("Failed", "expire")
-        return Decision("Failed", "done")
+    if marks.failure_reported is not None or now >= deadline:
+        return Decision("Retrying", "fail_attempt")
     return Decision("Installing" if marks.seed_fetched else "NetworkBooting", "wait")
+
+
+def _stopped(facts: SystemFacts) -> Decision:
+    if facts.power_state != "Off" or facts.boot_device == "pxe":
+        return Decision("Failed", "expire")
+    return Decision("Failed", "done")
+
+
+def _first_boot(facts: SystemFacts, disk_requested: bool) -> Decision:
+    """The image is written: power off (the ramdisk may still be finishing), disk, power on, once."""
+    if facts.power_state != "Off":
+        return Decision("Provisioned", "power_off")
+    if not disk_requested and facts.boot_device != "disk":
+        return Decision("Provisioned", "boot_from_disk")
+    return Decision("Provisioned", "first_boot")
+
+
+def _provisioned(facts: SystemFacts, online: bool, disk_requested: bool) -> Decision:
+    if not disk_requested and (facts.boot_device != "disk" or facts.boot_override == "Once"):
+        return Decision("Provisioned", "boot_from_disk")
+    if online and facts.power_state == "Off":
+        return Decision("Provisioned", "power_on")
+    if not online and facts.power_state == "On":
+        return Decision("Provisioned", "shut_down")
+    return Decision("Provisioned", "done")
+
+
+def failure(marks: Marks, timeout_seconds: int) -> str:
+    """Why the current attempt failed: the ramdisk's report, else the deadline."""
+    return marks.failure_reported or f"ProvisioningTimedOut: no callback within {timeout_seconds}s"
 
 
 def remaining(marks: Marks, *, timeout_seconds: int, now: datetime) -> float | None:

@@ -3,7 +3,9 @@
 Level-triggered: each trigger (creation, an edit, the guest's marks written by `serving`, a restart, the
 deadline timer) observes the BMC, lets `phases` choose one action, carries it out (`ACTIONS`) and
 observes again until the instance waits for its guest. The power cycle that network-boots the server is
-recorded in an annotation right after it happens, so a restart never repeats it. One lock per instance
+recorded in an annotation right after it happens, so a restart never repeats it; a failed attempt is
+counted and its marks cleared in one patch after the server is off, so a restart in between powers it
+off again (harmlessly) and counts it once. One lock per instance
 keeps the timer and the change handlers from driving the same BMC at once.
 """
 
@@ -104,13 +106,22 @@ class Pass:
         return phases.Marks.of(self.meta)
 
     @property
+    def goal(self) -> phases.Goal:
+        return phases.Goal.of(self.instance.spec)
+
+    @property
     def timeout_seconds(self) -> int:
         return self.instance.spec.provisioning_timeout_seconds
 
     async def mark(self, key: str) -> None:
-        stamp = markers.now()
-        await _mark(self.ctx, self.meta, key, stamp)
-        self.meta["annotations"] = {**markers.annotations_of(self.meta), key: stamp}
+        await self.annotate({key: markers.now()})
+
+    async def annotate(self, changes: Mapping[str, str | None]) -> None:
+        """Set (or, with None, remove) annotations in one patch, and see them in this pass."""
+        patch = {"metadata": {"annotations": dict(changes)}}
+        await self.ctx.kube.patch(INSTANCES, self.meta["name"], patch, self.meta["namespace"])
+        kept = {k: v for k, v in markers.annotations_of(self.meta).items() if k not in changes}
+        self.meta["annotations"] = {**kept, **{k: v for k, v in changes.items() if v is not None}}
 
     async def wait_for_power(self, wanted: PowerState) -> None:
         await wait_for_power(self.target, wanted, self.ctx.settings.power_wait_seconds)
@@ -137,6 +148,21 @@ async def _power_on(run: Pass) -> None:
     await run.wait_for_power("On")
 
 
+async def _first_boot(run: Pass) -> None:
+    await _power_on(run)
+    await run.mark(markers.DISK_BOOTED)
+
+
+async def _fail_attempt(run: Pass) -> None:
+    await _power_off(run)
+    marks = run.marks
+    failure = phases.failure(marks, run.timeout_seconds)
+    cleared: dict[str, str | None] = dict.fromkeys(markers.ATTEMPT_MARKS)
+    failed = marks.failed_attempts + 1
+    await run.annotate({**cleared, markers.FAILED_ATTEMPTS: str(failed), markers.LAST_FAILURE: failure})
+    await run.status.attempt_failed(failed, run.goal.max_attempts, failure)
+
+
 async def _shut_down(run: Pass) -> None:
     await shut_down(run.ctx, run.target)
 
@@ -152,6 +178,8 @@ ACTIONS: dict[phases.Action, Callable[[Pass], Awaitable[None]]] = {
     "network_boot": _network_boot,
     "boot_from_disk": _boot_from_disk,
     "power_on": _power_on,
+    "first_boot": _first_boot,
+    "fail_attempt": _fail_attempt,
     "shut_down": _shut_down,
     "expire": _expire,
 }
@@ -170,14 +198,7 @@ Decide = Callable[[SystemFacts, Pass], phases.Decision]
 
 
 def provisioning_decision(facts: SystemFacts, run: Pass) -> phases.Decision:
-    return phases.decide(
-        facts,
-        run.marks,
-        timeout_seconds=run.timeout_seconds,
-        now=datetime.now(UTC),
-        online=run.instance.spec.online,
-        disk_requested=run.disk_requested,
-    )
+    return phases.decide(facts, run.marks, run.goal, now=datetime.now(UTC), disk_requested=run.disk_requested)
 
 
 def deprovisioning_decision(facts: SystemFacts, run: Pass) -> phases.Decision:
@@ -198,7 +219,7 @@ async def drive(run: Pass, decide: Decide, report_after: Collection[str] = ()) -
         facts = await run.target.facts()
         decision = decide(facts, run)
         if decision.action not in report_after:
-            await run.status.phase(decision.phase, facts.power_state, run.timeout_seconds)
+            await run.status.phase(decision.phase, facts.power_state, run.marks, run.goal)
         action = ACTIONS.get(decision.action)
         if action is None:
             return decision
@@ -247,7 +268,7 @@ def needs_attention(body: Mapping[str, Any]) -> bool:
     marks = phases.Marks.of(instance.metadata)
     if not phase and marks.network_booted_at is not None:
         return True  # status is a cache: lost (or not written yet), it is rebuilt from the marks and BMC
-    if marks.called_back:
+    if marks.called_back or marks.failure_reported:
         return True
     timeout = instance.spec.provisioning_timeout_seconds
     left = phases.remaining(marks, timeout_seconds=timeout, now=datetime.now(UTC))

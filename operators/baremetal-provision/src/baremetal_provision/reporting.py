@@ -1,7 +1,8 @@
 """A BaremetalInstance's status (phase, power state, conditions) and the Events on its transitions.
 
 Conditions: `BMCReachable` (the BMC answered with these credentials), `Provisioned` (its reason is the
-phase while provisioning, cleaning or deprovisioning runs, `ProvisioningTimedOut` when it failed) and
+phase while provisioning, cleaning or deprovisioning runs, `RetryLimitExceeded` with the last failure
+when every attempt failed) and
 `Ready` summarising both, plus CAPI's `Paused`. Status is written through the kit's
 `reconciling.Context.write_status`, so only the keys that change are written and an idle instance makes
 no API writes.
@@ -17,7 +18,7 @@ from typing import Any
 
 from baremetal_provision.backends.base import PowerState
 from baremetal_provision.contexts import INSTANCES, Context
-from baremetal_provision.phases import Phase
+from baremetal_provision.phases import Goal, Marks, Phase
 from capfleet import conditions, errors, events, pausing
 from capfleet.conditions import Update
 
@@ -29,20 +30,38 @@ MESSAGES: dict[Phase, str] = {
     "PoweringOff": "powering the server off before network booting",
     "NetworkBooting": "network booting the installer (one-time PXE boot, powered on)",
     "Installing": "the installer fetched its seed; waiting for its callback",
-    "Provisioned": "the installer called back; the boot device is back on disk",
-    "Failed": "the installer did not call back in time; the server was powered off",
+    "Provisioned": "deployed; the server boots from its disk",
+    "Retrying": "the attempt failed; powering the server off before the next",
+    "Failed": "every attempt failed; the server was powered off",
     "Cleaning": "deleting: the cleaner was network-booted; waiting for its callback",
     "Deprovisioning": "deleting: powering the server off and putting its boot device back on disk",
 }
 
 
-def phase_update(phase: Phase, timeout_seconds: int) -> Update:
+def phase_update(phase: Phase, marks: Marks, goal: Goal) -> Update:
     if phase == "Provisioned":
-        return Update.true(PROVISIONED, "InstallerCalledBack", MESSAGES[phase])
+        return Update.true(PROVISIONED, "Deployed", MESSAGES[phase])
     if phase == "Failed":
-        message = f"no callback within {timeout_seconds}s; the server was powered off"
-        return Update.false(PROVISIONED, "ProvisioningTimedOut", message)
+        message = (
+            f"{marks.failed_attempts} of {goal.max_attempts} attempts failed; the last: {marks.last_failure}"
+        )
+        return Update.false(PROVISIONED, "RetryLimitExceeded", message)
+    if phase == "Retrying":
+        message = (
+            f"attempt {marks.attempts(goal)} of {goal.max_attempts} failed; powering off before retrying"
+        )
+        return Update.false(PROVISIONED, phase, message)
     return Update.false(PROVISIONED, phase, MESSAGES[phase])
+
+
+def status_fields(phase: Phase, power: PowerState, marks: Marks, goal: Goal) -> dict[str, Any]:
+    """The status fields rebuilt from the BMC's power state and the marks."""
+    return {
+        "phase": phase,
+        "powerState": power,
+        "provisioningAttempts": marks.attempts(goal) or None,
+        "lastFailure": marks.last_failure,
+    }
 
 
 class InstanceStatus:
@@ -69,13 +88,19 @@ class InstanceStatus:
     async def paused(self) -> None:
         await self._write({}, [pausing.condition(True)])
 
-    async def phase(self, phase: Phase, power: PowerState, timeout_seconds: int) -> None:
-        update = phase_update(phase, timeout_seconds)
+    async def phase(self, phase: Phase, power: PowerState, marks: Marks, goal: Goal) -> None:
+        update = phase_update(phase, marks, goal)
         connected = Update.true(BMC_REACHABLE, "Connected", "the BMC answered")
-        fields = {"phase": phase, "powerState": power}
+        fields = status_fields(phase, power, marks, goal)
         await self._write(fields, [pausing.condition(False), connected, update])
-        kind: events.EventType = "Warning" if phase == "Failed" else "Normal"
+        kind: events.EventType = "Warning" if phase in {"Failed", "Retrying"} else "Normal"
         await self._ctx.recorder.transition(self._body, kind, phase, update.message)
+
+    async def attempt_failed(self, failed: int, max_attempts: int, failure: str) -> None:
+        """An Event per failed attempt, with its reason (the reason in the failure, `Reason: message`)."""
+        reason = failure.split(":", 1)[0]
+        message = f"attempt {failed} of {max_attempts} failed: {failure}"
+        await self._ctx.recorder.transition(self._body, "Warning", reason, message)
 
     async def cleaning_timed_out(self, timeout_seconds: int) -> None:
         message = f"the cleaner did not call back within {timeout_seconds}s; deprovisioning without it"

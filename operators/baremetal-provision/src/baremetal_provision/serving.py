@@ -1,9 +1,10 @@
-"""The operator's HTTP server for the servers it network-boots: iPXE scripts, NoCloud seeds, callbacks.
+"""The operator's HTTP server for the servers it network-boots: iPXE scripts, NoCloud seeds, callbacks,
+the deploy ramdisk and (when enabled) cached images.
 
 Started at operator startup (aiohttp). Instances are found by MAC and by token through kopf indexes
 (`Served` entries, kept current by kopf's watch), so a request never lists the API. The guest's progress
-(seed fetched, installer called back; on deletion, the cleaner called back) is written as annotations on
-the instance, which triggers its reconcile: the HTTP server records, the reconcile decides.
+(seed fetched, deployed or failed with a reason; on deletion, the cleaner called back) is written as
+annotations on the instance, which triggers its reconcile: the HTTP server records, the reconcile decides.
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ from typing import Any
 import kopf
 from aiohttp import web
 
-from baremetal_provision import booting, markers
+from baremetal_provision import booting, markers, reports
 from baremetal_provision.contexts import INSTANCES
+from baremetal_provision.imagecache import ImageCache
+from baremetal_provision.settings import BaremetalSettings
 from capfleet import metrics, reconciling, resources
 from capfleet.api import kinds
-from capfleet.api.baremetal import BaremetalInstanceSpec
+from capfleet.api.baremetal import BaremetalInstanceSpec, Image, OSProfile
 from capfleet.kube import Kube, KubeError
 
 log = logging.getLogger(__name__)
@@ -42,6 +45,9 @@ class Served:
     cleaning: bool = False
     """Deleted and being cleaned: the cleaning profile is served, and only the cleaning callback."""
     network_booted_at: str | None = None
+    failure_reported: bool = False
+    exhausted: bool = False
+    """Every provisioning attempt failed: nothing is network-booted any more."""
 
 
 def served_of(body: Mapping[str, Any]) -> Served | None:
@@ -62,17 +68,21 @@ def served_of(body: Mapping[str, Any]) -> Served | None:
         called_back=bool(found.get(markers.CALLED_BACK)),
         cleaning=cleaning,
         network_booted_at=found.get(markers.NETWORK_BOOTED),
+        failure_reported=bool(found.get(markers.FAILURE_REPORTED)),
+        exhausted=markers.count(found.get(markers.FAILED_ATTEMPTS)) >= spec.max_provisioning_attempts,
     )
 
 
 @dataclass
 class Lookup:
-    """The operator-wide memo (for the API client) and kopf's two indexes of served instances."""
+    """The operator-wide memo (for the API client), kopf's two indexes of served instances, the settings
+    and the image cache (when enabled)."""
 
     memo: kopf.Memo
     by_mac: kopf.Index[str, Served]
     by_token: kopf.Index[str, Served]
-    boot_url: str | None
+    settings: BaremetalSettings
+    images: ImageCache | None = None
 
     def find(self, index: kopf.Index[str, Served], key: str) -> Served | None:
         store = index.get(key)
@@ -85,10 +95,13 @@ class Lookup:
 
     def base(self, request: web.Request, served: Served | None = None) -> str:
         own = served.spec.boot_server_url if served is not None else None
-        return own or self.boot_url or f"{request.scheme}://{request.host}"
+        return booting.base_url(own or self.settings.boot_url or f"{request.scheme}://{request.host}")
 
-    async def mark(self, served: Served, key: str) -> None:
-        patch = {"metadata": {"annotations": {key: markers.now()}}}
+    def ramdisk(self, base: str) -> OSProfile:
+        return booting.ramdisk_profile(*self.settings.deploy_ramdisk(base))
+
+    async def mark(self, served: Served, key: str, value: str | None = None) -> None:
+        patch = {"metadata": {"annotations": {key: value or markers.now()}}}
         await self.kube.patch(INSTANCES, served.name, patch, served.namespace)
 
 
@@ -109,14 +122,23 @@ async def ipxe(request: web.Request) -> web.Response:
     served = lookup.find(lookup.by_mac, mac) if mac else None
     if served is None:
         return text(booting.exit_script("no instance for this MAC"), 404)
+    base = lookup.base(request, served)
     if served.cleaning:
         log.info("serving the cleaning script of %s/%s to %s", served.namespace, served.name, mac)
-        profile = booting.cleaning_profile(served.spec)
-        return text(booting.cleaning_script(profile, lookup.base(request, served), served.token))
+        profile = booting.cleaning_profile(served.spec, lookup.ramdisk(base))
+        return text(booting.cleaning_script(profile, base, served.token))
     if served.called_back:
         return text(booting.exit_script("provisioned; booting from disk"))
-    log.info("serving the installer script of %s/%s to %s", served.namespace, served.name, mac)
-    return text(booting.install_script(served.spec.os, lookup.base(request, served), served.token))
+    if served.exhausted or served.failure_reported:
+        return text(booting.exit_script("provisioning failed; not booting the deployer again now"))
+    if served.spec.os is not None:
+        log.info("serving the installer script of %s/%s to %s", served.namespace, served.name, mac)
+        return text(booting.install_script(served.spec.os, base, served.token))
+    log.info("serving the deploy script of %s/%s to %s", served.namespace, served.name, mac)
+    script = booting.deploy_script(
+        served.spec, lookup.ramdisk(base), base, served.token, cached=lookup.images is not None
+    )
+    return text(script)
 
 
 async def seed(request: web.Request) -> web.Response:
@@ -151,13 +173,21 @@ async def callback(request: web.Request) -> web.Response:
     served = lookup.find(lookup.by_token, request.match_info["token"])
     if served is None or served.cleaning:
         raise web.HTTPNotFound()
-    await request.read()  # the installer's report; only its arrival matters
-    log.info("installer of %s/%s called back", served.namespace, served.name)
-    if not served.called_back:
-        await lookup.mark(served, markers.CALLED_BACK)
-        started = markers.parse_time(served.network_booted_at)
-        if started is not None:
-            observe_provisioning(started)
+    body = (await request.content.read(reports.BODY_MAX)).decode(errors="replace")
+    report = reports.read(request.query, body, served.token)
+    where = f"{served.namespace}/{served.name}"
+    if served.called_back or served.failure_reported or served.exhausted:
+        log.info("%s called back again (%s); already recorded", where, report.result)
+        return web.Response(status=204)
+    if report.result == "failed":
+        log.warning("deployment of %s failed: %s", where, report.failure)
+        await lookup.mark(served, markers.FAILURE_REPORTED, report.failure)
+        return web.Response(status=204)
+    log.info("%s called back: deployed %s", where, reports.timings(report.facts))
+    await lookup.mark(served, markers.CALLED_BACK)
+    started = markers.parse_time(served.network_booted_at)
+    if started is not None:
+        observe_provisioning(started)
     return web.Response(status=204)
 
 
@@ -166,10 +196,39 @@ async def cleaned(request: web.Request) -> web.Response:
     served = lookup.find(lookup.by_token, request.match_info["token"])
     if served is None or not served.cleaning:
         raise web.HTTPNotFound()
-    await request.read()
-    log.info("cleaner of %s/%s called back", served.namespace, served.name)
+    body = (await request.content.read(reports.BODY_MAX)).decode(errors="replace")
+    report = reports.read(request.query, body, served.token)
+    if report.result == "failed":
+        # Deletion must not hang on a disk that cannot be wiped: it goes on, and says so.
+        log.warning(
+            "cleaner of %s/%s failed, deprovisioning anyway: %s",
+            served.namespace,
+            served.name,
+            report.failure,
+        )
+    else:
+        log.info("cleaner of %s/%s called back", served.namespace, served.name)
     await lookup.mark(served, markers.CLEANED)
     return web.Response(status=204)
+
+
+async def image(request: web.Request) -> web.StreamResponse:
+    cache, wanted = _cached_image(request)
+    return await cache.image(request, wanted)
+
+
+async def image_checksum(request: web.Request) -> web.Response:
+    cache, wanted = _cached_image(request)
+    return await cache.checksum(wanted)
+
+
+def _cached_image(request: web.Request) -> tuple[ImageCache, Image]:
+    """The cache and the image of the instance whose token is in the path, when it deploys one."""
+    lookup = request.app[LOOKUP]
+    served = lookup.find(lookup.by_token, request.match_info["token"])
+    if lookup.images is None or served is None or served.cleaning or served.spec.image is None:
+        raise web.HTTPNotFound()
+    return lookup.images, served.spec.image
 
 
 def observe_provisioning(started: datetime) -> None:
@@ -177,7 +236,8 @@ def observe_provisioning(started: datetime) -> None:
     metrics.record_provisioning("BaremetalInstance", max(seconds, 0.0))
 
 
-def application(lookup: Lookup, files_dir: str | None) -> web.Application:
+def application(lookup: Lookup) -> web.Application:
+    settings = lookup.settings
     app = web.Application()
     app[LOOKUP] = lookup
     app.router.add_get("/boot.ipxe", boot_ipxe)
@@ -187,8 +247,12 @@ def application(lookup: Lookup, files_dir: str | None) -> web.Application:
     app.router.add_get("/callback/{token}", callback)
     app.router.add_route("POST", "/cleaned/{token}", cleaned)
     app.router.add_get("/cleaned/{token}", cleaned)
-    if files_dir:
-        app.router.add_static("/files/", files_dir)
+    app.router.add_get("/images/{token}/image", image)
+    app.router.add_get("/images/{token}/sha256", image_checksum)
+    if settings.files_dir:
+        app.router.add_static("/files/", settings.files_dir)
+    if settings.deploy_ramdisk_dir:
+        app.router.add_static("/deploy/", settings.deploy_ramdisk_dir)
     return app
 
 

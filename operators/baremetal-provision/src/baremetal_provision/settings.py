@@ -4,7 +4,12 @@ variables; a bad value stops the operator before any handler runs.
 `CAPFLEET_BOOT_LISTEN` (host:port) is where the HTTP server for iPXE, seeds and callbacks listens;
 `CAPFLEET_BOOT_URL` is the base URL the servers use to reach it (an instance's `spec.bootServerURL`
 overrides it); `CAPFLEET_BOOT_FILES_DIR`, when set, is served under `/files/` (installer kernels and
-initrds next to the operator, as Ironic's HTTP root); `CAPFLEET_BMC_SHUTDOWN_SECONDS` is how long a
+initrds next to the operator, as Ironic's HTTP root); `CAPFLEET_DEPLOY_RAMDISK_DIR`, when set, is served
+under `/deploy/` and must hold the deploy ramdisk's `vmlinuz` and `initrd.img` (what `make deploy-ramdisk`
+builds), unless `CAPFLEET_DEPLOY_KERNEL_URL` and `CAPFLEET_DEPLOY_INITRD_URL` say where else servers fetch
+them; `CAPFLEET_IMAGE_CACHE_DIR`, when set, turns on the image cache: servers fetch their image from the
+operator, which downloads it once per checksum (verified) and keeps it there, so a provisioning network
+needs no route to the image's URL; `CAPFLEET_BMC_SHUTDOWN_SECONDS` is how long a
 graceful shutdown may take before the power is cut; `CAPFLEET_BMC_POWER_WAIT_SECONDS` how long a power
 change is waited for; `CAPFLEET_IPMI_CIPHER_SUITE` (17 or 3) is the cipher suite proposed to IPMI BMCs
 first (3 for BMCs that cannot negotiate 17, such as virtualbmc).
@@ -45,9 +50,20 @@ class BaremetalSettings(reconciling.Settings):
     boot_listen: str = setting(f"{DEFAULT_LISTEN_HOST}:8081", env="CAPFLEET_BOOT_LISTEN", parse=_listen)
     boot_url: str | None = None
     files_dir: str | None = setting(None, env="CAPFLEET_BOOT_FILES_DIR")
+    deploy_ramdisk_dir: str | None = None
+    deploy_kernel_url: str | None = None
+    deploy_initrd_url: str | None = None
+    image_cache_dir: str | None = None
     shutdown_seconds: float = setting(60.0, env="CAPFLEET_BMC_SHUTDOWN_SECONDS")
     power_wait_seconds: float = setting(30.0, env="CAPFLEET_BMC_POWER_WAIT_SECONDS")
     ipmi_cipher_suite: int = setting(17, parse=_cipher_suite)
+
+    def deploy_ramdisk(self, base: str) -> tuple[str, str]:
+        """The deploy ramdisk's kernel and initrd URLs: as configured, else served under `base`/deploy/."""
+        return (
+            self.deploy_kernel_url or f"{base}/deploy/vmlinuz",
+            self.deploy_initrd_url or f"{base}/deploy/initrd.img",
+        )
 
     @property
     def listen_host(self) -> str:

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from capfleet import errors
-from capfleet.api.baremetal import BMC, BaremetalInstanceSpec
+from capfleet.api.baremetal import BMC, DEFAULT_PROVISIONING_ATTEMPTS, BaremetalInstanceSpec
 from capfleet.api.base import (
     DNS_LABEL_PATTERN,
     IFNAME_MAX,
@@ -413,6 +413,8 @@ def instance_spec(
             credentials_secret_ref=LocalObjectReference(name=settings.bmc_credentials_secret_ref.name),
         ),
         boot_mac_address=boot_interface(spec, device).mac_address,
+        image=baremetal.image,
+        root_device_hints=baremetal.root_device_hints,
         os=baremetal.os_profile,
         user_data_secret_ref=SecretKeyReference(name=facts.data_secret, key=BOOTSTRAP_DATA_KEY),
         interfaces=guest_interfaces(spec, cluster, server_macs(spec, device), allocations),
@@ -422,4 +424,5 @@ def instance_spec(
         online=True,
         cleaning=baremetal.cleaning,
         boot_server_url=settings.boot_server_url,
+        max_provisioning_attempts=baremetal.max_provisioning_attempts or DEFAULT_PROVISIONING_ATTEMPTS,
     )

@@ -1,8 +1,11 @@
 """The kind baremetal-provision reconciles (group baremetal.capfleet.dev): one server driven by its BMC.
 
 The glue creates a BaremetalInstance for every bare-metal machine once NetBox has named the server, its
-BMC and its boot MAC; baremetal-provision powers it, network-boots the OS installer profile with the
-bootstrap data as NoCloud seed, and reports the phase. `OSProfile` is also part of HybridMachine.
+BMC and its boot MAC; baremetal-provision powers it and network-boots either capfleet's deploy ramdisk,
+which writes `spec.image` to the disk chosen by `spec.rootDeviceHints` with the bootstrap data as a NoCloud
+seed beside it, or a custom installer (`spec.os`) of the user's that does the same its own way. Exactly
+one of the two is given (checked at admission). `OSProfile`, `Image` and `RootDeviceHints` are also part
+of HybridMachine.
 """
 
 from __future__ import annotations
@@ -57,6 +60,43 @@ class OSProfile(Model):
     )
 
 
+DEFAULT_PROVISIONING_ATTEMPTS = 3
+CHECKSUM_PATTERN = r"^([0-9a-fA-F]{64}|https?://[^\s]+)$"
+
+
+class Image(Model):
+    """An OS image that capfleet's deploy ramdisk writes to the server's disk (Metal3's `spec.image`)."""
+
+    url: HTTPURL = Field(
+        description="Where the image is downloaded from (through the operator's cache if enabled)."
+    )
+    checksum: str = Field(
+        max_length=URL_MAX,
+        pattern=CHECKSUM_PATTERN,
+        description="The image's SHA-256: 64 hex digits, or an http(s) URL of a file that starts with them.",
+    )
+    format: Literal["raw", "qcow2"] = Field(
+        default="raw", description="raw is streamed to the disk; qcow2 is converted as it is written."
+    )
+
+
+class RootDeviceHints(Model):
+    """Which disk the image goes to (Metal3's names); every hint given must match, the first match wins."""
+
+    device_name: str | None = Field(
+        default=None, max_length=128, pattern=r"^/dev/[^\s,]+$", description="A kernel device name, /dev/sda."
+    )
+    serial_number: str | None = Field(
+        default=None, max_length=128, pattern=r"^[^\s,]+$", description="The disk's serial number."
+    )
+    wwn: str | None = Field(
+        default=None, max_length=128, pattern=r"^[^\s,]+$", description="The disk's World Wide Name."
+    )
+    min_size_gigabytes: int | None = Field(
+        default=None, alias="minSizeGigabytes", ge=1, le=1048576, description="The least size, in GiB."
+    )
+
+
 Phase = Literal[
     "Registering",
     "PoweringOff",
@@ -66,19 +106,38 @@ Phase = Literal[
     "Deprovisioning",
     "Cleaning",
     "Failed",
+    "Retrying",
 ]
 
 
 class BaremetalInstanceSpec(Model):
     """Desired state of a bare-metal server."""
 
-    model_config = ConfigDict(json_schema_extra=cel_rules(immutable_once_set("providerID")))
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            immutable_once_set("providerID"),
+            (
+                "has(self.image) != has(self.os)",
+                "exactly one of image (deploy ramdisk) and os (custom installer)",
+            ),
+            ("!has(self.rootDeviceHints) || has(self.image)", "rootDeviceHints need image"),
+        )
+    )
 
     bmc: BMC = Field(description="The server's BMC.")
     boot_mac_address: MACAddress = Field(
         alias="bootMACAddress", description="MAC of the NIC that network-boots."
     )
-    os: OSProfile = Field(description="The OS installer profile to network-boot.")
+    image: Image | None = Field(
+        default=None, description="The image capfleet's deploy ramdisk writes to disk; or give os."
+    )
+    root_device_hints: RootDeviceHints | None = Field(
+        default=None, description="Which disk gets the image; the first disk if unset."
+    )
+    os: OSProfile | None = Field(
+        default=None,
+        description="A custom installer to network-boot instead of the deploy ramdisk; it calls back itself.",
+    )
     user_data_secret_ref: SecretKeyReference = Field(
         description="Secret key holding the user-data (CAPI's bootstrap data Secret, key value)."
     )
@@ -112,18 +171,28 @@ class BaremetalInstanceSpec(Model):
         default=True,
         description="Whether the server should be powered on once provisioned (installing powers it on).",
     )
-    cleaning: Literal["metadata", "disabled"] = Field(
-        default="disabled",
+    cleaning: Literal["metadata", "disabled"] | None = Field(
+        default=None,
         description=(
-            "On deletion: network-boot the cleaning profile to wipe disk metadata and wait for its callback"
-            " (at most provisioningTimeoutSeconds), or not. Never for a clusterctl move."
+            "On deletion: network-boot the cleaner to wipe disk metadata and wait for its callback (at most"
+            " provisioningTimeoutSeconds), or not. Never for a clusterctl move. Unset: metadata with image"
+            " (the deploy ramdisk cleans), disabled with os (a custom installer may not know how)."
         ),
     )
     cleaning_os: OSProfile | None = Field(
         default=None,
         description=(
-            "OS profile booted for cleaning; spec.os (with capfleet.mode=cleaning) if unset. It is given its"
-            " callback URL as capfleet.callback on the kernel command line."
+            "OS profile booted for cleaning; the deploy ramdisk with image, spec.os with os (both told"
+            " capfleet.mode=cleaning). It is given its callback URL as capfleet.callback."
+        ),
+    )
+    max_provisioning_attempts: int = Field(
+        default=DEFAULT_PROVISIONING_ATTEMPTS,
+        ge=1,
+        le=10,
+        description=(
+            "Deployments tried (each failure or timeout powers the server off before the next) before the"
+            " instance stops at Failed with reason RetryLimitExceeded."
         ),
     )
     boot_server_url: HTTPURL | None = Field(
@@ -141,6 +210,11 @@ class BaremetalInstanceSpec(Model):
         ),
     )
 
+    @property
+    def cleans_metadata(self) -> bool:
+        """`cleaning`, or its default: metadata when the deploy ramdisk deployed an image."""
+        return (self.cleaning or ("metadata" if self.image is not None else "disabled")) == "metadata"
+
 
 class BaremetalInstanceStatus(Model):
     """Observed state of a bare-metal server; rebuilt from its BMC when lost."""
@@ -149,8 +223,15 @@ class BaremetalInstanceStatus(Model):
     power_state: Literal["On", "Off", "Unknown"] | None = Field(
         default=None, description="Power state the BMC reports."
     )
+    provisioning_attempts: int | None = Field(
+        default=None, description="Deployments tried so far, this one included (from the instance's marks)."
+    )
+    last_failure: str | None = Field(
+        default=None, max_length=1024, description="Why the last failed attempt failed (reason: message)."
+    )
     conditions: Conditions = Field(default_factory=list)
 
 
 class BaremetalInstance(CustomObject[BaremetalInstanceSpec, BaremetalInstanceStatus]):
-    """A bare-metal server provisioned over its BMC by network-booting an OS installer."""
+    """A bare-metal server provisioned over its BMC: an image written by the deploy ramdisk, or a custom
+    installer."""

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field
 
-from capfleet.api.baremetal import OSProfile
+from capfleet.api.baremetal import Image, OSProfile, RootDeviceHints
 from capfleet.api.base import (
     LABEL_VALUE_MAX,
     NAME_MAX,
@@ -79,6 +79,13 @@ class VMMachine(Model):
 class BaremetalMachine(Model):
     """A machine that is a bare-metal server claimed from NetBox."""
 
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            ("has(self.image) != has(self.osProfile)", "exactly one of image and osProfile"),
+            ("!has(self.rootDeviceHints) || has(self.image)", "rootDeviceHints need image"),
+        )
+    )
+
     device_selector: DeviceSelector = Field(
         default_factory=DeviceSelector,
         description="Which free NetBox device to claim.",
@@ -91,10 +98,25 @@ class BaremetalMachine(Model):
         description="NetBox interface whose MAC network-boots;"
         " the first non-management interface with a MAC if unset.",
     )
-    os_profile: OSProfile = Field(description="The OS installer profile to network-boot.")
-    cleaning: Literal["metadata", "disabled"] = Field(
-        default="disabled",
-        description="On deprovisioning: wipe disk metadata by network-booting a cleaning profile, or not.",
+    image: Image | None = Field(
+        default=None,
+        description="The OS image capfleet's deploy ramdisk writes to the server's disk; or give osProfile.",
+    )
+    root_device_hints: RootDeviceHints | None = Field(
+        default=None, description="Which disk gets the image; the first disk if unset."
+    )
+    os_profile: OSProfile | None = Field(
+        default=None, description="A custom installer to network-boot instead of the deploy ramdisk."
+    )
+    cleaning: Literal["metadata", "disabled"] | None = Field(
+        default=None,
+        description=(
+            "On deprovisioning: wipe disk metadata by network-booting the cleaner, or not. Unset: metadata"
+            " with image, disabled with osProfile."
+        ),
+    )
+    max_provisioning_attempts: int | None = Field(
+        default=None, ge=1, le=10, description="Deployments tried before giving up; 3 if unset."
     )
 
 

@@ -56,11 +56,11 @@ def _baremetal_machine_spec() -> Obj:
                 "customFields": {"tier": "gold"},
             },
             "bootInterface": "eno1",
-            "osProfile": {
-                "kernelURL": "http://boot.example.test/vmlinuz",
-                "initrdURL": "http://boot.example.test/initrd.img",
-                "kernelArgs": ["console=ttyS0"],
+            "image": {
+                "url": "https://images.example.test/capfleet-node.raw",
+                "checksum": "https://images.example.test/capfleet-node.raw.sha256",
             },
+            "rootDeviceHints": {"minSizeGigabytes": 20},
         },
         "network": {"interfaces": [{"name": "eno1", "default": True}]},
     }
@@ -191,10 +191,12 @@ def valid_samples() -> list[Obj]:
                     "credentialsSecretRef": {"name": "bmc"},
                 },
                 "bootMACAddress": "52:54:00:ab:cd:ef",
-                "os": {
-                    "kernelURL": "http://boot.example.test/vmlinuz",
-                    "initrdURL": "http://boot.example.test/initrd",
+                "image": {
+                    "url": "https://images.example.test/capfleet-node.qcow2",
+                    "checksum": "ab" * 32,
+                    "format": "qcow2",
                 },
+                "rootDeviceHints": {"deviceName": "/dev/sda"},
                 "userDataSecretRef": {"name": "sample-bootstrap"},
                 "networkData": {"version": 2, "ethernets": {"eno1": {"dhcp4": True}}},
                 "hostname": "sample-worker-0",
@@ -240,6 +242,21 @@ def invalid_samples() -> list[Invalid]:
     prefix["spec"]["prefixes"] = [{"id": 7, "cidr": "10.1.0.0/24"}]
     nic = _sample(kinds.LIBVIRT_VM)
     nic["spec"]["interfaces"][0]["network"] = "default"
+    installer = {
+        "kernelURL": "http://boot.example.test/vmlinuz",
+        "initrdURL": "http://boot.example.test/initrd",
+    }
+    image_and_installer = _sample(kinds.BAREMETAL_INSTANCE)
+    image_and_installer["spec"]["os"] = installer
+    neither = _sample(kinds.BAREMETAL_INSTANCE)
+    del neither["spec"]["image"]
+    hints_for_installer = copy.deepcopy(neither)
+    hints_for_installer["spec"]["os"] = installer
+    hints_for_installer["spec"]["rootDeviceHints"] = {"deviceName": "/dev/sda"}
+    template_both = _sample(kinds.HYBRID_MACHINE_TEMPLATE)
+    template_both["spec"]["template"]["spec"]["baremetal"]["osProfile"] = installer
+    bad_checksum = _sample(kinds.BAREMETAL_INSTANCE)
+    bad_checksum["spec"]["image"]["checksum"] = "md5:0123"
     return [
         Invalid("vm and baremetal both set", both, "exactly one of spec.vm and spec.baremetal must be set"),
         Invalid("bad CIDR in an IPPool", bad_cidr, "must be an IP address, a CIDR"),
@@ -251,4 +268,9 @@ def invalid_samples() -> list[Invalid]:
         Invalid(
             "NIC on a bridge and a network", nic, "exactly one of bridge, network and userMode must be set"
         ),
+        Invalid("image and installer", image_and_installer, "exactly one of image (deploy ramdisk) and os"),
+        Invalid("neither image nor installer", neither, "exactly one of image (deploy ramdisk) and os"),
+        Invalid("root device hints for an installer", hints_for_installer, "rootDeviceHints need image"),
+        Invalid("machine with image and osProfile", template_both, "exactly one of image and osProfile"),
+        Invalid("checksum neither digest nor URL", bad_checksum, "spec.image.checksum"),
     ]

@@ -53,8 +53,8 @@ TEMPLATE_VALUES = {
     "CAPFLEET_NODE_GATEWAY": "10.20.0.1",
     "CAPFLEET_NAMESERVER": "10.20.0.2",
     "CAPFLEET_VM_IMAGE": "ubuntu-24.04-kube-v1.33.0.qcow2",
-    "CAPFLEET_OS_KERNEL_URL": "http://boot.example.invalid/installer/vmlinuz",
-    "CAPFLEET_OS_INITRD_URL": "http://boot.example.invalid/installer/initrd.img",
+    "CAPFLEET_IMAGE_URL": "https://images.example.invalid/capfleet-node-v1.33.0.raw",
+    "CAPFLEET_IMAGE_CHECKSUM": "https://images.example.invalid/capfleet-node-v1.33.0.raw.sha256",
 }
 FROM_FLAGS = {"CLUSTER_NAME", "NAMESPACE", "KUBERNETES_VERSION", "CONTROL_PLANE_MACHINE_COUNT"}
 FROM_FLAGS |= {"WORKER_MACHINE_COUNT"}

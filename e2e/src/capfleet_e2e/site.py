@@ -216,10 +216,15 @@ def ensure_custom_fields(netbox: NetboxInstance) -> None:
             client.update("extras/custom-fields/", found[0]["id"], {"object_types": merged})
 
 
-def record_servers(netbox: NetboxInstance, servers: list[BareMetalServer], role: str) -> tuple[str, str]:
-    """The lab's servers as free NetBox devices of `role` (status inventory, BMC URL, boot NIC eno1), and
-    a virtualization cluster for the VMs; returns the role's slug and the cluster's name as NetBox knows
-    them (made unique per run)."""
+def record_servers(
+    netbox: NetboxInstance,
+    servers: list[BareMetalServer],
+    role: str,
+    bmc_addresses: Mapping[str, str] | None = None,
+) -> tuple[str, str]:
+    """The lab's servers as free NetBox devices of `role` (status inventory, BMC URL (Redfish, unless
+    `bmc_addresses` names another), boot NIC eno1), and a virtualization cluster for the VMs; returns the
+    role's slug and the cluster's name as NetBox knows them (made unique per run)."""
     ensure_custom_fields(netbox)
     netbox.seed(
         {
@@ -237,7 +242,7 @@ def record_servers(netbox: NetboxInstance, servers: list[BareMetalServer], role:
                     "role": role,
                     "device_type": "pc",
                     "status": "inventory",
-                    "custom_fields": {BMC_FIELD: server.bmc_address},
+                    "custom_fields": {BMC_FIELD: (bmc_addresses or {}).get(server.name, server.bmc_address)},
                     "interfaces": [{"name": "eno1", "mac_address": server.mac}],
                 }
                 for server in servers

@@ -7,13 +7,9 @@ what a real BMC reports and not what the operator wrote in status.
 from __future__ import annotations
 
 import base64
-import contextlib
 import shutil
-from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
-
-from aiohttp import web
 
 from baremetal_provision.backends import base, bmc
 from capfleet import resources
@@ -54,29 +50,6 @@ def deploy_env(pxe_lab: PxeLab, ramdisk: DeployRamdisk, files: Path, cache: Path
         "CAPFLEET_DEPLOY_RAMDISK_DIR": str(ramdisk.directory),
         "CAPFLEET_IMAGE_CACHE_DIR": str(cache),
     }
-
-
-@contextlib.asynccontextmanager
-async def image_server(files: Mapping[str, Path | bytes]) -> AsyncIterator[str]:
-    """An HTTP server on loopback with `files` (path → file or bytes), where images come from; yields its
-    URL. Only the operator reaches it: the servers get their image through the operator's cache."""
-
-    async def handle(request: web.Request) -> web.StreamResponse:
-        found = files.get(request.path)
-        if found is None:
-            raise web.HTTPNotFound()
-        return web.FileResponse(found) if isinstance(found, Path) else web.Response(body=found)
-
-    app = web.Application()
-    app.router.add_get("/{path:.*}", handle)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
 
 
 def boot_files(image: TestImage, directory: Path) -> Path:

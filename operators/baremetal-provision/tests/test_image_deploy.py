@@ -5,7 +5,8 @@ its root device hints name, with the NoCloud seed beside it, and calls back; the
 the server onto its disk, where the node image's own cloud-init renders the meta-data and runs the
 user-data. Deleting the instance cleans the disk (metadata, the default with an image): it no longer
 boots. Then what goes wrong: a wrong checksum (two attempts), no disk matching the hints, an image that
-is not there; each ends in RetryLimitExceeded with its reason, the server off and on disk.
+is not there; each ends in RetryLimitExceeded with its reason, the server off and on disk; and an
+instance deleted while its server boots the ramdisk is cleaned and goes.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from baremetal_helpers import (
     create_with,
     deploy_env,
     facts,
-    image_server,
 )
 
 from baremetal_provision import markers
@@ -34,6 +34,7 @@ from capfleet_e2e.baremetal.lab import PxeLab
 from capfleet_e2e.baremetal.servers import BareMetalServer, Shape
 from capfleet_e2e.deployramdisk.build import DeployRamdisk
 from capfleet_e2e.fixtures import RunOperator
+from capfleet_e2e.imageserver import image_server
 from capfleet_e2e.nodeimage.build import NodeImage
 from capfleet_e2e.operators import OperatorProcess
 from capfleet_e2e.waiting import eventually
@@ -154,10 +155,13 @@ async def test_a_bad_checksum_no_matching_disk_and_a_missing_image_each_end_in_r
     baremetal_servers: Callable[..., list[BareMetalServer]],
     tmp_path: Path,
 ) -> None:
-    servers = dict(zip(FAILURES, baremetal_servers(len(FAILURES), SMALL_SERVER), strict=True))
+    *made, abandoned = baremetal_servers(len(FAILURES) + 1, SMALL_SERVER)
+    servers = dict(zip(FAILURES, made, strict=True))
     small = bytes(range(256)) * (4 * MIB // 256)
     digest = hashlib.sha256(small).hexdigest()
     async with image_server({"/small.raw": small}) as url:
+        await create_secrets(kube, namespace, abandoned)
+        await create_with(kube, namespace, abandoned, image={"url": f"{url}/small.raw", "checksum": digest})
         images = {
             "checksum": ({"url": f"{url}/small.raw", "checksum": "0" * 64}, {}),
             "hints": ({"url": f"{url}/small.raw", "checksum": digest}, {"serialNumber": "NO-SUCH-DISK"}),
@@ -176,6 +180,18 @@ async def test_a_bad_checksum_no_matching_disk_and_a_missing_image_each_end_in_r
             done = all(status(obj).get("phase") == "Failed" for obj in found.values())
             return {case: obj for case, obj in found.items() if obj is not None} if done else None
 
+        async def network_booted() -> bool:
+            obj = await kube.get(INSTANCES, abandoned.name, namespace)
+            return markers.NETWORK_BOOTED in ((obj or {}).get("metadata", {}).get("annotations") or {})
+
+        await eventually("the abandoned server to be network-booted", network_booted, within=120)
+        await kube.delete(INSTANCES, abandoned.name, namespace)
+
+        async def abandoned_gone() -> bool:
+            return await kube.get(INSTANCES, abandoned.name, namespace) is None
+
+        await eventually("deletion during deployment to clean and finish", abandoned_gone, within=300)
+        assert (await facts(abandoned)).power_state == "Off"
         failed = await eventually("every deployment to fail its attempts", all_failed, within=600)
     for case, (reason, attempts) in FAILURES.items():
         obj = failed[case]

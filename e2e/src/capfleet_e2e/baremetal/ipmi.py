@@ -45,12 +45,19 @@ def free_udp_port() -> int:
 class VirtualBmc:
     """One virtualbmc server for one libvirt domain; `start()`/`stop()` or `with`."""
 
-    def __init__(self, domain: str, libvirt_uri: str, log_dir: Path, username: str = USERNAME) -> None:
+    def __init__(
+        self,
+        domain: str,
+        libvirt_uri: str,
+        log_dir: Path,
+        username: str = USERNAME,
+        password: str | None = None,
+    ) -> None:
         self.domain = domain
         self.libvirt_uri = libvirt_uri
         self.log_dir = log_dir
         self.username = username
-        self.password = secrets.token_urlsafe(12)  # IPMI passwords are at most 20 bytes
+        self.password = password or secrets.token_urlsafe(12)  # IPMI passwords are at most 20 bytes
         self.port = 0
         self.process: Component | None = None
 
@@ -88,12 +95,14 @@ class VirtualBmc:
 
 
 @pytest.fixture
-def ipmi_bmcs(pxe_lab: PxeLab) -> Iterator[Callable[[BareMetalServer], VirtualBmc]]:
-    """`ipmi_bmcs(server)`: a running virtualbmc for a lab server, stopped after the test."""
+def ipmi_bmcs(pxe_lab: PxeLab) -> Iterator[Callable[..., VirtualBmc]]:
+    """`ipmi_bmcs(server[, same_credentials=True])`: a running virtualbmc for a lab server (with the Redfish
+    emulator's credentials if asked), stopped after the test."""
     started: list[VirtualBmc] = []
 
-    def start(server: BareMetalServer) -> VirtualBmc:
-        vbmc = VirtualBmc(server.name, pxe_lab.daemon.uri, pxe_lab.network.log_dir).start()
+    def start(server: BareMetalServer, same_credentials: bool = False) -> VirtualBmc:
+        credentials = {"username": server.username, "password": server.password} if same_credentials else {}
+        vbmc = VirtualBmc(server.name, pxe_lab.daemon.uri, pxe_lab.network.log_dir, **credentials).start()
         started.append(vbmc)
         return vbmc
 

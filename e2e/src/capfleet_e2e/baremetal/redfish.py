@@ -34,7 +34,7 @@ class RedfishEmulator:
         self.libvirt_uri = libvirt_uri
         self.log_dir = log_dir or artifacts_dir() / "baremetal"
         self.username = username
-        self.password = secrets.token_urlsafe(18)
+        self.password = secrets.token_urlsafe(15)  # 20 characters: IPMI's limit, so a virtualbmc can share it
         self.root = Path(tempfile.mkdtemp(prefix="capfleet-redfish-"))
         self.root.chmod(0o700)
         self.port = 0

@@ -1,0 +1,122 @@
+"""Bare-metal workers for a cluster of real nodes: lab servers in NetBox, deployed with the node image.
+
+`open_metal` adds to a `NodeSite` what a hybrid cluster's bare-metal half needs, all real: the lab's QEMU
+servers as free NetBox devices of a worker role (with their BMC addresses: Redfish through the emulator,
+or IPMI through a virtualbmc when the test gives one, with the same credentials), the NetBox and BMC
+Secrets, netbox-device, and baremetal-provision serving capfleet's deploy ramdisk with its image cache,
+which fetches the node image's `disk.raw` from an HTTP server on loopback (the servers have no route to
+it). `Metal.hybrid(manifest)` turns the VM template into a hybrid one: the HybridCluster names NetBox and
+the BMC Secret, and the workers' HybridMachineTemplate claims servers and has the node image written to
+the disk with the serial number `ROOT_SERIAL` (a root device hint).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from capfleet import resources
+from capfleet_e2e.baremetal.ipmi import VirtualBmc
+from capfleet_e2e.baremetal.lab import PxeLab
+from capfleet_e2e.baremetal.servers import BareMetalServer, Shape
+from capfleet_e2e.deployramdisk.build import DeployRamdisk
+from capfleet_e2e.imageserver import image_server
+from capfleet_e2e.netbox.fixtures import NetboxInstance
+from capfleet_e2e.nodeimage.build import NodeImage
+from capfleet_e2e.nodesite import NodeSite
+from capfleet_e2e.site import OPERATOR_ENV, baremetal_env, netbox_secret, record_servers, secret
+
+ROOT_SERIAL = "CAPFLEET-ROOT"
+# A worker node: the node image (2.3 GiB) and its seed on a 6 GiB disk; kubelet and containerd in 1.5 GiB.
+NODE_SERVER = Shape(memory_mib=1536, disk_mib=6144, disk_serial=ROOT_SERIAL)
+WORKER_INTERFACE = "eno1"
+BMC_SECRET = "bmc"
+METAL_OPERATORS = ("netbox_device", "baremetal_provision")
+
+
+@dataclass
+class Metal:
+    """What `open_metal` set up: the servers, where their image comes from, and the NetBox worker role."""
+
+    servers: list[BareMetalServer]
+    role: str
+    image: dict[str, str]
+    boot_url: str
+    operators: dict[str, Any]
+
+    def hybrid(self, manifest: str, template: str = "md-0") -> str:
+        """The VM template `manifest` with bare-metal workers (the HybridMachineTemplate `*-<template>`)."""
+        documents = [d for d in yaml.safe_load_all(manifest) if d]
+        for document in documents:
+            spec = document["spec"]
+            if document["kind"] == "HybridCluster":
+                spec["netbox"] = {"connectionSecretRef": {"name": "netbox"}}
+                spec["baremetal"] = {
+                    "bmcCredentialsSecretRef": {"name": BMC_SECRET},
+                    "bootServerURL": self.boot_url,
+                }
+            if document["kind"] == "HybridMachineTemplate" and document["metadata"]["name"].endswith(
+                template
+            ):
+                machine = spec["template"]["spec"]
+                del machine["vm"]
+                machine["baremetal"] = {
+                    "deviceSelector": {"role": self.role},
+                    "image": self.image,
+                    "rootDeviceHints": {"serialNumber": ROOT_SERIAL},
+                }
+                for interface in machine["network"]["interfaces"]:
+                    interface.pop("bridge", None)
+                    interface["name"] = WORKER_INTERFACE
+        return yaml.safe_dump_all(documents, sort_keys=False)
+
+
+def bmc_secret(server: BareMetalServer) -> dict[str, Any]:
+    """The lab's BMC credentials: the Redfish emulator's (and every virtualbmc's), with its CA."""
+    data = {"username": server.username, "password": server.password, "caBundle": server.ca_cert.read_text()}
+    return secret(BMC_SECRET, data)
+
+
+@contextlib.asynccontextmanager
+async def open_metal(
+    site: NodeSite,
+    *,
+    pxe_lab: PxeLab,
+    servers: list[BareMetalServer],
+    netbox: NetboxInstance,
+    deploy_ramdisk: DeployRamdisk,
+    node_image: NodeImage,
+    start_operator: Callable[[str, dict[str, str]], object],
+    workdir: Path,
+    ipmi: Mapping[str, VirtualBmc] | None = None,
+) -> AsyncIterator[Metal]:
+    """Record `servers` in NetBox (BMC through `ipmi[name]` where given), create the Secrets, serve the
+    node image and start the two bare-metal operators; the image server stops on exit."""
+    bmcs = {
+        s.name: (ipmi or {})[s.name].address if s.name in (ipmi or {}) else s.bmc_address for s in servers
+    }
+    role, _ = record_servers(netbox, servers, "worker", bmc_addresses=bmcs)
+    for body in (netbox_secret(netbox), bmc_secret(servers[0])):
+        await site.kube.create(resources.SECRETS, body, site.namespace)
+    (workdir / "boot").mkdir(parents=True, exist_ok=True)
+    env, boot_url = baremetal_env(pxe_lab, workdir / "boot")
+    env |= {
+        "CAPFLEET_DEPLOY_RAMDISK_DIR": str(deploy_ramdisk.directory),
+        "CAPFLEET_IMAGE_CACHE_DIR": str(workdir / "images"),
+        # virtualbmc speaks only cipher suite 3; the Redfish servers do not care.
+        "CAPFLEET_IPMI_CIPHER_SUITE": "3",
+    }
+    digest = node_image.sha256(node_image.raw)
+    checksum_file = f"{digest}  disk.raw\n".encode()
+    async with image_server({"/node.raw": node_image.raw, "/node.raw.sha256": checksum_file}) as url:
+        operators = {
+            "netbox_device": start_operator("netbox_device", OPERATOR_ENV["netbox_device"]),
+            "baremetal_provision": start_operator("baremetal_provision", env),
+        }
+        image = {"url": f"{url}/node.raw", "checksum": digest, "format": "raw"}
+        yield Metal(servers, role, image, boot_url, operators)

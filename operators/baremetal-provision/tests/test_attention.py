@@ -49,6 +49,12 @@ def test_a_callback_not_acted_on_needs_attention() -> None:
     assert not provisioning.needs_attention(body("Provisioned", **marks))
 
 
+def test_a_reported_failure_not_acted_on_needs_attention() -> None:
+    marks = {markers.NETWORK_BOOTED: markers.now(), markers.FAILURE_REPORTED: "BadChecksum: x"}
+    assert provisioning.needs_attention(body("Installing", **marks))
+    assert not provisioning.needs_attention(body("Failed", **marks)), "every attempt failed: nothing to do"
+
+
 def test_only_provisioned_instances_are_resynced() -> None:
     assert provisioning.needs_resync(body("Provisioned"))
     assert not provisioning.needs_resync(body("Failed"))

@@ -174,7 +174,7 @@ async def test_an_installer_that_never_calls_back_fails_its_only_attempt() -> No
     ctx, kube = context(server)
     given = body({markers.NETWORK_BOOTED: ago(120)}, provisioningTimeoutSeconds=60, maxProvisioningAttempts=1)
     await provisioning.reconcile(ctx, given)
-    assert server.calls == ["power_off", "power_off", "boot_disk_persistent", "close"]
+    assert server.calls == ["power_off", "boot_disk_persistent", "close"], "powered off once"
     assert last(kube, "phase") == "Failed"
     provisioned = condition(kube, "Provisioned")
     assert provisioned["reason"] == "RetryLimitExceeded"

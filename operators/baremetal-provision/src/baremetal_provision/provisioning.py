@@ -153,8 +153,15 @@ async def _first_boot(run: Pass) -> None:
     await run.mark(markers.DISK_BOOTED)
 
 
+async def _ensure_off(run: Pass) -> None:
+    """Off, asking only when it is not: the ramdisk powers a server off itself, and some BMCs refuse a
+    forced power-off of a server that is off."""
+    if (await run.target.facts()).power_state != "Off":
+        await _power_off(run)
+
+
 async def _fail_attempt(run: Pass) -> None:
-    await _power_off(run)
+    await _ensure_off(run)
     marks = run.marks
     failure = phases.failure(marks, run.timeout_seconds)
     cleared: dict[str, str | None] = dict.fromkeys(markers.ATTEMPT_MARKS)
@@ -168,9 +175,8 @@ async def _shut_down(run: Pass) -> None:
 
 
 async def _expire(run: Pass) -> None:
-    await run.target.power_off(force=True)
+    await _ensure_off(run)
     await run.target.set_boot_device("disk", once=False)
-    await run.wait_for_power("Off")
 
 
 ACTIONS: dict[phases.Action, Callable[[Pass], Awaitable[None]]] = {

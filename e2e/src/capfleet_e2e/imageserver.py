@@ -7,6 +7,7 @@ network namespace, have no route to it, as a provisioning network has none to an
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
@@ -35,3 +36,17 @@ async def image_server(files: Mapping[str, Path | bytes]) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         await runner.cleanup()
+
+
+def sha256_of(path: Path) -> str:
+    """The SHA-256 of the image at `path`, hashed once and kept beside it (`<name>.sha256`, as published
+    images come with), and hashed again when the image is newer than it."""
+    kept = path.with_name(path.name + ".sha256")
+    if kept.is_file() and kept.stat().st_mtime >= path.stat().st_mtime:
+        return kept.read_text().split()[0]
+    digest = hashlib.sha256()
+    with path.open("rb") as image:
+        while chunk := image.read(1 << 22):
+            digest.update(chunk)
+    kept.write_text(f"{digest.hexdigest()}  {path.name}\n")
+    return digest.hexdigest()

@@ -25,7 +25,7 @@ from capfleet_e2e.baremetal.ipmi import VirtualBmc
 from capfleet_e2e.baremetal.lab import PxeLab
 from capfleet_e2e.baremetal.servers import BareMetalServer, Shape
 from capfleet_e2e.deployramdisk.build import DeployRamdisk
-from capfleet_e2e.imageserver import image_server
+from capfleet_e2e.imageserver import image_server, sha256_of
 from capfleet_e2e.netbox.fixtures import NetboxInstance
 from capfleet_e2e.nodeimage.build import NodeImage
 from capfleet_e2e.nodesite import NodeSite
@@ -111,7 +111,7 @@ async def open_metal(
         # virtualbmc speaks only cipher suite 3; the Redfish servers do not care.
         "CAPFLEET_IPMI_CIPHER_SUITE": "3",
     }
-    digest = node_image.sha256(node_image.raw)
+    digest = sha256_of(node_image.raw)
     checksum_file = f"{digest}  disk.raw\n".encode()
     async with image_server({"/node.raw": node_image.raw, "/node.raw.sha256": checksum_file}) as url:
         operators = {

@@ -34,7 +34,7 @@ from capfleet_e2e.baremetal.lab import PxeLab
 from capfleet_e2e.baremetal.servers import BareMetalServer, Shape
 from capfleet_e2e.deployramdisk.build import DeployRamdisk
 from capfleet_e2e.fixtures import RunOperator
-from capfleet_e2e.imageserver import image_server
+from capfleet_e2e.imageserver import image_server, sha256_of
 from capfleet_e2e.nodeimage.build import NodeImage
 from capfleet_e2e.operators import OperatorProcess
 from capfleet_e2e.waiting import eventually
@@ -78,7 +78,7 @@ async def test_a_server_gets_the_node_image_boots_it_from_disk_and_is_wiped_on_d
     tmp_path: Path,
 ) -> None:
     (server,) = baremetal_servers(1, NODE_SERVER)
-    digest = node_image.sha256(node_image.raw)
+    digest = sha256_of(node_image.raw)
     await create_secrets(kube, namespace, server, user_data=USER_DATA)
     async with image_server(
         {"/node.raw": node_image.raw, "/node.raw.sha256": f"{digest}  node.raw\n".encode()}

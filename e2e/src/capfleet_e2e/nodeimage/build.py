@@ -46,18 +46,6 @@ class NodeImage:
     def raw(self) -> Path:
         return self.directory / RAW
 
-    def sha256(self, path: Path) -> str:
-        """The SHA-256 of `path` (the raw or qcow2 image), hashed once and kept beside it."""
-        kept = path.with_name(path.name + ".sha256")
-        if kept.is_file() and kept.stat().st_mtime >= path.stat().st_mtime:
-            return kept.read_text().split()[0]
-        digest = hashlib.sha256()
-        with path.open("rb") as image:
-            while chunk := image.read(1 << 22):
-                digest.update(chunk)
-        kept.write_text(f"{digest.hexdigest()}  {path.name}\n")
-        return digest.hexdigest()
-
     @property
     def record(self) -> dict[str, object]:
         """What the build recorded: versions and how long each step took."""

@@ -44,7 +44,8 @@ def metal_nodes(nodes: list[dict[str, Any]]) -> dict[str, str]:
 
 
 async def test_bare_metal_workers_deployed_with_the_node_image_join_roll_and_are_cleaned(
-    node_site: NodeSite,
+    # Set up before node_site, so torn down after it: the cluster's deletion needs the servers, their
+    # BMCs and NetBox to clean the disks and release the devices.
     pxe_lab: PxeLab,
     baremetal_servers: Callable[..., list[BareMetalServer]],
     ipmi_bmcs: Callable[..., VirtualBmc],
@@ -52,6 +53,7 @@ async def test_bare_metal_workers_deployed_with_the_node_image_join_roll_and_are
     deploy_ramdisk: DeployRamdisk,
     node_image: NodeImage,
     run_operator_as: RunOperatorAs,
+    node_site: NodeSite,
     tmp_path: Path,
 ) -> None:
     site = node_site

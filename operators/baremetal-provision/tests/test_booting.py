@@ -167,8 +167,9 @@ def test_a_cached_image_and_its_checksum_url_are_fetched_from_the_operator_by_to
         image={"url": "https://i/n.qcow2", "checksum": "https://i/n.sha256", "format": "qcow2"}
     )
     script = booting.deploy_script(by_url, RAMDISK, "http://b:1", "tok", cached=True)
-    assert "capfleet.image=http://b:1/images/tok/image" in script.split()
-    assert "capfleet.checksum_url=http://b:1/images/tok/sha256" in script.split()
+    # The token in the query: the ramdisk prints URLs without their query.
+    assert "capfleet.image=http://b:1/images/image?token=tok" in script.split()
+    assert "capfleet.checksum_url=http://b:1/images/sha256?token=tok" in script.split()
     assert "capfleet.format=qcow2" in script.split()
     by_digest = booting.deploy_script(image_spec(), RAMDISK, "http://b:1", "tok", cached=True)
     assert f"capfleet.checksum={DIGEST}" in by_digest.split()

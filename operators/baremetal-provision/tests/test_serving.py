@@ -197,19 +197,19 @@ async def test_the_image_cache_downloads_once_per_checksum_and_keeps_only_verifi
         cache = imagecache.ImageCache(tmp_path / "cache", session)
         good = image_instance({"url": f"{url}/node.raw", "checksum": f"{url}/node.sha256"})
         async with serving_of(good, cache) as (client, _, token):
-            assert (await (await client.get(f"/images/{token}/sha256")).text()).strip() == DIGEST
+            assert (await (await client.get(f"/images/sha256?token={token}")).text()).strip() == DIGEST
             for _ in range(2):
-                reply = await client.get(f"/images/{token}/image")
+                reply = await client.get(f"/images/image?token={token}")
                 assert (reply.status, await reply.read()) == (200, IMAGE_BYTES)
             assert asked.count("/node.raw") == 1, "the second fetch is served from the cache"
             assert (tmp_path / "cache" / DIGEST).read_bytes() == IMAGE_BYTES
-            assert (await client.get("/images/not-the-token/image")).status == 404
+            assert (await client.get("/images/image?token=not-the-token")).status == 404
         bad = image_instance({"url": f"{url}/bad.raw", "checksum": "0" * 64})
         async with serving_of(bad, cache) as (client, _, token):
-            reply = await client.get(f"/images/{token}/image")
+            reply = await client.get(f"/images/image?token={token}")
             assert await reply.read() == b"tampered", "served through, so the ramdisk reports BadChecksum"
             assert not (tmp_path / "cache" / ("0" * 64)).exists()
             assert [p.name for p in (tmp_path / "cache").iterdir()] == [DIGEST], "no partial file left"
         missing = image_instance({"url": f"{url}/missing.raw", "checksum": "1" * 64})
         async with serving_of(missing, cache) as (client, _, token):
-            assert (await client.get(f"/images/{token}/image")).status == 404
+            assert (await client.get(f"/images/image?token={token}")).status == 404

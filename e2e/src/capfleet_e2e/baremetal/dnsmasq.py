@@ -5,6 +5,11 @@ it `http://<bridge address>:8080/boot.ipxe` as its boot file directly: no TFTP, 
 off, no router is announced (nothing is routed anywhere), and IPv6 router advertisements for the bridge's
 ULA prefix are on, which ends iPXE's IPv6 autoconfiguration wait at once. The log (with --log-dhcp) and
 the lease file go to the artifacts directory.
+
+Each server gets its address reserved by MAC (`reserve`, a file in dnsmasq's `--dhcp-hostsdir`, read as it
+appears), as Ironic's dnsmasq does for the nodes it provisions: several servers booting at once otherwise
+race for one offered address, and iPXE does not start over after the losing DHCPNAK. The reservation
+ignores the client identifier, so the OS a server boots later keeps the same address.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ class PxeDnsmasq:
         self.boot_url = network.http_url(boot_path)
         self.log_path = network.log_dir / "dnsmasq-dhcp.log"
         self.lease_file = network.log_dir / "dnsmasq.leases"
+        self.hosts_dir = network.root / "dhcp-hosts"
         self.process: Component | None = None
 
     def __enter__(self) -> Self:
@@ -50,10 +56,21 @@ class PxeDnsmasq:
             f"--ra-param={net.bridge},10,0",  # router lifetime 0: not a default router either
             "--dhcp-authoritative", "--log-dhcp", f"--log-facility={self.log_path}",
             f"--dhcp-leasefile={self.lease_file}", f"--pid-file={net.root / 'dnsmasq.pid'}",
+            f"--dhcp-hostsdir={self.hosts_dir}",
         ]  # fmt: skip
+
+    def reserve(self, mac: str, address: str) -> None:
+        """Give `mac` always `address` (whatever client identifier it sends)."""
+        entry = self.hosts_dir / mac.replace(":", "-")
+        entry.with_suffix(".tmp").write_text(f"{mac},id:*,{address}\n")
+        entry.with_suffix(".tmp").rename(entry)
+
+    def release(self, mac: str) -> None:
+        (self.hosts_dir / mac.replace(":", "-")).unlink(missing_ok=True)
 
     def start(self) -> Self:
         self.network.log_dir.mkdir(parents=True, exist_ok=True)
+        self.hosts_dir.mkdir(parents=True, exist_ok=True)
         process = Component("dnsmasq", self.network.exec_argv(self.argv()), self.network.log_dir)
         self.process = process
         wait_for("dnsmasq", self._ready, START_TIMEOUT, [process])

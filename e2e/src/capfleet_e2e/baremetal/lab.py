@@ -67,6 +67,7 @@ class PxeLab:
                 index = next(self._counter)
                 name = f"{prefix}-{index}"
                 mac = server_mac(self.network.network.network_address.packed[2], index)
+                self.dnsmasq.reserve(mac, self.server_address(index))
                 serial_log = self.network.log_dir / "serial" / f"{name}.log"
                 bridge = self.network.bridge
                 defined = define_server(conn, self.daemon.pool_name, name, mac, bridge, serial_log, shape)
@@ -87,11 +88,16 @@ class PxeLab:
             conn.close()
         return servers
 
+    def server_address(self, index: int) -> str:
+        """Server `index`'s DHCP address: .100 + index % 100, inside dnsmasq's range (.100-.200)."""
+        return str(self.network.network.network_address + 100 + index % 100)
+
     def remove_servers(self, servers: list[BareMetalServer]) -> None:
         conn = self.daemon.connect()
         try:
             for server in servers:
                 remove_server(conn, self.daemon.pool_name, server.name)
+                self.dnsmasq.release(server.mac)
         finally:
             conn.close()
 

@@ -70,9 +70,10 @@ def image_source(image: Image, base: str, token: str, cached: bool) -> ramdisk_a
     """Where the ramdisk fetches the image and its checksum: as given, or from the operator's cache."""
     if not cached:
         return ramdisk_args.ImageSource(image.url, image.checksum, image.format)
+    # The token goes in the query, which the ramdisk leaves out of everything it prints.
     digest_given = ramdisk_args.SHA256.match(image.checksum)
-    checksum = image.checksum if digest_given else f"{base}/images/{token}/sha256"
-    return ramdisk_args.ImageSource(f"{base}/images/{token}/image", checksum, image.format)
+    checksum = image.checksum if digest_given else f"{base}/images/sha256?token={token}"
+    return ramdisk_args.ImageSource(f"{base}/images/image?token={token}", checksum, image.format)
 
 
 def deploy_script(

@@ -223,9 +223,9 @@ async def image_checksum(request: web.Request) -> web.Response:
 
 
 def _cached_image(request: web.Request) -> tuple[ImageCache, Image]:
-    """The cache and the image of the instance whose token is in the path, when it deploys one."""
+    """The cache and the image of the instance whose token is in the query, when it deploys one."""
     lookup = request.app[LOOKUP]
-    served = lookup.find(lookup.by_token, request.match_info["token"])
+    served = lookup.find(lookup.by_token, request.query.get("token", ""))
     if lookup.images is None or served is None or served.cleaning or served.spec.image is None:
         raise web.HTTPNotFound()
     return lookup.images, served.spec.image
@@ -247,8 +247,8 @@ def application(lookup: Lookup) -> web.Application:
     app.router.add_get("/callback/{token}", callback)
     app.router.add_route("POST", "/cleaned/{token}", cleaned)
     app.router.add_get("/cleaned/{token}", cleaned)
-    app.router.add_get("/images/{token}/image", image)
-    app.router.add_get("/images/{token}/sha256", image_checksum)
+    app.router.add_get("/images/image", image)
+    app.router.add_get("/images/sha256", image_checksum)
     if settings.files_dir:
         app.router.add_static("/files/", settings.files_dir)
     if settings.deploy_ramdisk_dir:

@@ -116,7 +116,7 @@ async def test_a_server_gets_the_node_image_boots_it_from_disk_and_is_wiped_on_d
     assert status(obj)["provisioningAttempts"] == 1
     assert markers.DISK_BOOTED in obj["metadata"]["annotations"]
     assert (tmp_path / "cache" / digest).stat().st_size == node_image.raw.stat().st_size, "kept, verified"
-    reported = re.search(r"deployed (.*)", deployer.log())
+    reported = re.search(rf"{server.name} called back: deployed (.*)", deployer.log())
     print(
         f"\nimage deployment: create → written and called back {written - started:.0f} s,"
         f" → cloud-init on the first boot from disk {first_boot - written:.0f} s;"

@@ -1,15 +1,20 @@
-"""`make demo`: a Kubernetes cluster of real nodes on libvirt VMs, from `kubectl apply` to Nodes Ready.
+"""`make demo`: a hybrid Kubernetes cluster of real nodes, a control-plane VM and a bare-metal worker, from
+`kubectl apply` to Nodes Ready.
 
 It starts what a data centre and a management cluster would have, all local and real: a control plane
-(etcd, kube-apiserver, kube-controller-manager), Cluster API's managers, two hypervisors (libvirtd
-behind sshd) whose VMs share a private lab network, and capfleet's glue, ipam-address and libvirt-vm as
-subprocesses. It renders deploy/clusterctl/cluster-template-vm.yaml (one control-plane VM, one worker
-VM, node addresses and the API's VIP from in-cluster IPPools) and applies it. The VMs boot capfleet's
-node image (built on first use: `make node-image`); real cloud-init runs Cluster API's `kubeadm init` and
-`kubeadm join`. The demo waits until both Nodes are Ready and both Machines Running, prints the workload
-cluster's Nodes, the Machines and the cluster tree, and says how to reach the workload cluster.
-Interactive runs stay up until Enter; then it deletes the cluster and checks that libvirt holds no
-domain or volume of it and that every address went back to its pool, and fails naming what was left.
+(etcd, kube-apiserver, kube-controller-manager), Cluster API's managers, a private lab network with PXE
+(dnsmasq), two hypervisors (libvirtd behind sshd) and a QEMU "server" behind a Redfish BMC (sushy-tools),
+that server recorded as a free device in NetBox (capfleet's NetBox test server), and capfleet's five
+operators as subprocesses. It renders deploy/clusterctl/cluster-template-vm.yaml (node addresses and the
+API's VIP from in-cluster IPPools) with its worker turned into a bare-metal machine, and applies it. The
+control-plane VM boots capfleet's node image (built on first use: `make node-image`); the server is
+claimed from NetBox, network-boots capfleet's deploy ramdisk (`make deploy-ramdisk`), which writes the
+node image to its disk, and is power-cycled onto it; real cloud-init runs Cluster API's `kubeadm init`
+and `kubeadm join`. `CAPFLEET_DEMO_WORKER=vm` makes the worker a VM instead. The demo waits until both
+Nodes are Ready and both Machines Running, prints the workload cluster's Nodes, the Machines and the
+cluster tree, and says how to reach the workload cluster. Interactive runs stay up until Enter; then it
+deletes the cluster and checks that libvirt holds no domain or volume of it, that every address went back
+to its pool and that the server's NetBox device is free again, and fails naming what was left.
 """
 
 from __future__ import annotations
@@ -20,15 +25,22 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from capfleet import resources
 from capfleet.kube import Kube
-from capfleet_e2e.baremetal.netns import PxeNetwork
+from capfleet_e2e.baremetal.lab import PxeLab
+from capfleet_e2e.baremetal.servers import BareMetalServer
 from capfleet_e2e.capi import CapiManagers
 from capfleet_e2e.controlplane import ControlPlane
+from capfleet_e2e.deployramdisk.build import DeployRamdisk, ensure_deploy_ramdisk
 from capfleet_e2e.kubebin import artifacts_dir
-from capfleet_e2e.nodeimage.build import ensure_node_image
+from capfleet_e2e.metalsite import NODE_SERVER, open_metal
+from capfleet_e2e.netbox.fixtures import NetboxInstance, config_with_tokens, instance_for
+from capfleet_e2e.netbox.server import NetboxTestServer
+from capfleet_e2e.nodeimage.build import NodeImage, ensure_node_image
 from capfleet_e2e.nodesite import VM_TEMPLATE, NodeLab, NodeSite, open_node_site
 from capfleet_e2e.operators import OperatorProcess
 from capfleet_e2e.tree import cluster_tree
@@ -36,6 +48,22 @@ from capfleet_e2e.waiting import eventually
 
 NAMESPACE = "capfleet-demo"
 CLUSTER = "demo"
+WORKER_ENV = "CAPFLEET_DEMO_WORKER"
+
+
+@dataclass
+class MetalParts:
+    """The bare-metal worker's surroundings: the PXE lab, its server, NetBox, the deploy ramdisk."""
+
+    pxe_lab: PxeLab
+    server: BareMetalServer
+    netbox: NetboxInstance
+    deploy_ramdisk: DeployRamdisk
+    node_image: NodeImage
+
+    def device_free(self) -> bool:
+        found = self.netbox.client.list_all("dcim/devices/", name=self.server.name)
+        return bool(found) and found[0]["status"]["value"] == "inventory"
 
 
 def say(text: str = "") -> None:
@@ -46,11 +74,13 @@ class LeftBehind(RuntimeError):
     """The cluster's deletion left something behind."""
 
 
-async def leftovers(site: NodeSite) -> list[str]:
-    """What the deleted cluster left: libvirt domains and volumes, addresses, claims."""
+async def leftovers(site: NodeSite, metal: MetalParts | None) -> list[str]:
+    """What the deleted cluster left: libvirt domains and volumes, addresses, claims, a claimed device."""
     found = site.leftovers()
     for resource in (resources.IP_ADDRESSES, resources.IP_ADDRESS_CLAIMS):
         found += [f"{o['kind']} {o['metadata']['name']}" for o in await site.kube.list(resource, NAMESPACE)]
+    if metal is not None and not metal.device_free():
+        found.append(f"NetBox device {metal.server.name} still claimed")
     return found
 
 
@@ -75,7 +105,7 @@ async def show(site: NodeSite, started: float) -> None:
     say(f"  console logs of the VMs: {artifacts_dir() / 'libvirt'}/*/qemu/*-console.log")
 
 
-async def run(cluster: ControlPlane, lab: NodeLab, workdir: Path) -> None:
+async def run(cluster: ControlPlane, lab: NodeLab, workdir: Path, metal: MetalParts | None) -> None:
     operators: list[OperatorProcess] = []
     log_dir = artifacts_dir() / "demo-operators"
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -91,23 +121,44 @@ async def run(cluster: ControlPlane, lab: NodeLab, workdir: Path) -> None:
         async with Kube.connect("capfleet-demo", str(cluster.kubeconfig)) as kube:
             namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
             await kube.create_or_get(resources.NAMESPACES, namespace)
-            async with open_node_site(
-                kube=kube,
-                namespace=NAMESPACE,
-                control_plane=cluster,
-                lab=lab,
-                start_operator=start_operator,
-                workdir=workdir,
-                cluster_name=CLUSTER,
-            ) as site:
-                say(f"\nApplying {VM_TEMPLATE} (variables filled in) in namespace {NAMESPACE}.")
-                say(site.apply(site.manifest()))
+            async with (
+                open_node_site(
+                    kube=kube,
+                    namespace=NAMESPACE,
+                    control_plane=cluster,
+                    lab=lab,
+                    start_operator=start_operator,
+                    workdir=workdir,
+                    cluster_name=CLUSTER,
+                ) as site,
+                contextlib.AsyncExitStack() as stack,
+            ):
+                manifest = site.manifest()
+                if metal is not None:
+                    parts = await stack.enter_async_context(
+                        open_metal(
+                            site,
+                            pxe_lab=metal.pxe_lab,
+                            servers=[metal.server],
+                            netbox=metal.netbox,
+                            deploy_ramdisk=metal.deploy_ramdisk,
+                            node_image=metal.node_image,
+                            start_operator=start_operator,
+                            workdir=workdir / "metal",
+                        )
+                    )
+                    manifest = parts.hybrid(manifest)
+                    say(f"\nApplying {VM_TEMPLATE} with a bare-metal worker (server {metal.server.name},"
+                        f" BMC {metal.server.bmc_address}) in namespace {NAMESPACE}.")  # fmt: skip
+                else:
+                    say(f"\nApplying {VM_TEMPLATE} (variables filled in) in namespace {NAMESPACE}.")
+                say(site.apply(manifest))
                 await show(site, time.monotonic())
                 if sys.stdin.isatty() and not os.environ.get("CI"):
                     await asyncio.to_thread(input, "\nPress Enter to delete the cluster and tear down. ")
                 say("Deleting the Cluster: Nodes drained, VMs destroyed, volumes and addresses released...")
                 await site.delete_cluster()
-                left = await leftovers(site)
+                left = await leftovers(site, metal)
     finally:
         for process in operators:
             process.stop()
@@ -117,7 +168,9 @@ async def run(cluster: ControlPlane, lab: NodeLab, workdir: Path) -> None:
 
 
 def main() -> None:
-    say("capfleet demo: a Kubernetes cluster of real nodes (a control-plane VM and a worker VM).\n")
+    metal_worker = os.environ.get(WORKER_ENV, "metal") != "vm"
+    worker = "a bare-metal worker" if metal_worker else "a worker VM"
+    say(f"capfleet demo: a Kubernetes cluster of real nodes (a control-plane VM and {worker}).\n")
     if os.environ.get("CAPFLEET_TEST_KUBECONFIG"):
         say("(CAPFLEET_TEST_KUBECONFIG is ignored: the demo runs CAPI's managers on its own control plane.)")
     image = ensure_node_image(progress=say)
@@ -127,17 +180,35 @@ def main() -> None:
         say(f"Control plane: {cluster.server}")
         stack.enter_context(CapiManagers(cluster))
         say("Cluster API v1.11 managers: core, kubeadm bootstrap, kubeadm control plane")
-        network = stack.enter_context(PxeNetwork())
+        pxe_lab = stack.enter_context(PxeLab("demo"))
+        network = pxe_lab.network
         lab = NodeLab(network, image.qcow2).start()
         stack.callback(lab.stop)
         say(f"Lab network {network.network} in namespace {network.name}, hypervisors: "
             + ", ".join(hv.name for hv in lab.hypervisors))  # fmt: skip
+        metal = stack.enter_context(metal_parts(pxe_lab, image)) if metal_worker else None
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="capfleet-demo-")))
         try:
-            asyncio.run(run(cluster, lab, workdir))
+            asyncio.run(run(cluster, lab, workdir, metal))
         except LeftBehind as e:
             say(f"\nFAILED: {e}")
             sys.exit(1)
+
+
+@contextlib.contextmanager
+def metal_parts(pxe_lab: PxeLab, image: NodeImage) -> Iterator[MetalParts]:
+    """A server behind the lab's Redfish emulator, NetBox, and the deploy ramdisk (built if missing)."""
+    ramdisk = ensure_deploy_ramdisk(progress=say)
+    say(f"Deploy ramdisk: {ramdisk.directory}")
+    (server,) = pxe_lab.define_servers(1, prefix="metal", shape=NODE_SERVER)
+    netbox_server = NetboxTestServer(config_with_tokens()).start()
+    say(f"Server {server.name} (MAC {server.mac}) behind Redfish at {server.redfish_url}")
+    say(f"NetBox (capfleet's test server) at {netbox_server.url}")
+    try:
+        yield MetalParts(pxe_lab, server, instance_for(netbox_server), ramdisk, image)
+    finally:
+        netbox_server.stop()
+        pxe_lab.remove_servers([server])
 
 
 if __name__ == "__main__":

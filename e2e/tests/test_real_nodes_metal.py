@@ -1,7 +1,9 @@
 """Real nodes on bare metal: a hybrid cluster whose control plane is a VM and whose workers are lab servers
 claimed from NetBox, one driven through Redfish and one through IPMI, each deployed with the node image by
 capfleet's deploy ramdisk, booted from its disk, joined by real cloud-init's `kubeadm join`; then a
-rolling update that re-images a server, and deletion that cleans the disks and releases the devices.
+rolling update that re-images a server; then a MachineDeployment whose image has a wrong checksum, whose
+Machine shows RetryLimitExceeded and whose deletion cleans the server and frees its NetBox device; and
+deletion that cleans the disks and releases the devices.
 
 Marked `full` (`make test-full`): three QEMU guests without KVM, two of them writing 2.3 GiB and booting
 it, take tens of minutes on two cores. Each step's time is printed for the README.
@@ -18,6 +20,7 @@ from typing import Any
 import pytest
 
 from baremetal_provision import markers  # type: ignore[import-untyped]
+from capfleet import resources
 from capfleet.api import kinds
 from capfleet_e2e.baremetal.ipmi import VirtualBmc
 from capfleet_e2e.baremetal.lab import PxeLab
@@ -34,6 +37,7 @@ from capfleet_e2e.waiting import eventually
 pytestmark = [pytest.mark.integration, pytest.mark.full, pytest.mark.timeout(7200)]
 
 HYBRID_MACHINE_TEMPLATES = kinds.HYBRID_MACHINE_TEMPLATE.resource
+HYBRID_MACHINES = kinds.HYBRID_MACHINE.resource
 METAL_PROVIDER_ID = re.compile(r"^capfleet://metal/(\d+)$")
 
 
@@ -57,12 +61,12 @@ async def test_bare_metal_workers_deployed_with_the_node_image_join_roll_and_are
     tmp_path: Path,
 ) -> None:
     site = node_site
-    redfish, ipmi, spare = baremetal_servers(3, NODE_SERVER)
+    redfish, ipmi, spare, fourth = baremetal_servers(4, NODE_SERVER)
     vbmc = ipmi_bmcs(ipmi, same_credentials=True)
     async with open_metal(
         site,
         pxe_lab=pxe_lab,
-        servers=[redfish, ipmi, spare],
+        servers=[redfish, ipmi, spare, fourth],
         netbox=netbox,
         deploy_ramdisk=deploy_ramdisk,
         node_image=node_image,
@@ -83,6 +87,7 @@ async def test_bare_metal_workers_deployed_with_the_node_image_join_roll_and_are
         assert len(joined) == 2, nodes
         await report_steps(site)
         await rolling_update_reimages(site, metal, set(joined.values()))
+        await a_bad_image_stops_and_frees_its_device(site, netbox)
 
 
 async def report_steps(site: NodeSite) -> None:
@@ -125,3 +130,75 @@ async def rolling_update_reimages(site: NodeSite, metal: Metal, before: set[str]
 
     await eventually("a worker re-imaged onto the spare server", rolled, 3600, 15)
     print(f"rolling update (one server re-imaged): {time.monotonic() - started:.0f} s")
+
+
+async def a_bad_image_stops_and_frees_its_device(site: NodeSite, netbox: NetboxInstance) -> None:
+    """A second MachineDeployment whose image has a wrong checksum: its server is deployed once, the
+    HybridMachine shows RetryLimitExceeded with BadChecksum, and deleting the MachineDeployment cleans the
+    server and gives its NetBox device back (status inventory)."""
+    kube, ns = site.kube, site.namespace
+    (deployment,) = await kube.list(MACHINE_DEPLOYMENTS, ns)
+    template_name = deployment["spec"]["template"]["spec"]["infrastructureRef"]["name"]
+    template = await kube.get(HYBRID_MACHINE_TEMPLATES, template_name, ns)
+    assert template is not None
+    baremetal = template["spec"]["template"]["spec"]["baremetal"]
+    baremetal["image"]["checksum"] = "0" * 64
+    baremetal["maxProvisioningAttempts"] = 1
+    bad = f"{site.cluster_name}-bad"
+    meta = {"name": bad, "namespace": ns}
+    await kube.create(HYBRID_MACHINE_TEMPLATES, {**strip(template), "metadata": meta}, ns)
+    spec = deployment["spec"]
+    labels = {"cluster.x-k8s.io/cluster-name": site.cluster_name, "capfleet.dev/suite": bad}
+    body = {
+        "apiVersion": deployment["apiVersion"],
+        "kind": "MachineDeployment",
+        "metadata": meta,
+        "spec": {
+            "clusterName": site.cluster_name,
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    **spec["template"]["spec"],
+                    "infrastructureRef": {**spec["template"]["spec"]["infrastructureRef"], "name": bad},
+                },
+            },
+        },
+    }
+    await kube.create(MACHINE_DEPLOYMENTS, body, ns)
+    started = time.monotonic()
+
+    async def stopped() -> dict[str, Any] | None:
+        for owner in await kube.list(resources.CAPI_MACHINES, ns):
+            if (owner["metadata"].get("labels") or {}).get("cluster.x-k8s.io/deployment-name") != bad:
+                continue
+            machine = await kube.get(HYBRID_MACHINES, owner["spec"]["infrastructureRef"]["name"], ns)
+            conditions = ((machine or {}).get("status") or {}).get("conditions") or []
+            found = [c for c in conditions if c["type"] == "ServerProvisioned"]
+            if machine is not None and found and found[0].get("reason") == "RetryLimitExceeded":
+                return machine
+        return None
+
+    machine = await eventually("the bad image's machine to stop at RetryLimitExceeded", stopped, 1800, 10)
+    message = next(c for c in machine["status"]["conditions"] if c["type"] == "ServerProvisioned")["message"]
+    assert "BadChecksum" in message, message
+    print(f"bad checksum → RetryLimitExceeded on the HybridMachine {time.monotonic() - started:.0f} s")
+    device = await kube.get(kinds.NETBOX_DEVICE.resource, machine["metadata"]["name"], ns)
+    assert device is not None
+    device_id = device["status"]["deviceID"]
+    await kube.delete(MACHINE_DEPLOYMENTS, bad, ns)
+
+    async def freed() -> bool:
+        record = netbox.client.get(f"dcim/devices/{device_id}/")
+        gone = await kube.get(HYBRID_MACHINES, machine["metadata"]["name"], ns) is None
+        return gone and record["status"]["value"] == "inventory"
+
+    await eventually("the server cleaned and its NetBox device free again", freed, 900, 5)
+    took = time.monotonic() - started
+    print(f"bad MachineDeployment deleted, server cleaned, device {device_id} free: {took:.0f} s")
+
+
+def strip(obj: dict[str, Any]) -> dict[str, Any]:
+    """`obj` without what the API server writes (for creating a copy)."""
+    return {key: value for key, value in obj.items() if key not in {"metadata", "status"}}

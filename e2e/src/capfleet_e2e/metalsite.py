@@ -29,7 +29,7 @@ from capfleet_e2e.imageserver import image_server, sha256_of
 from capfleet_e2e.netbox.fixtures import NetboxInstance
 from capfleet_e2e.nodeimage.build import NodeImage
 from capfleet_e2e.nodesite import NodeSite
-from capfleet_e2e.site import OPERATOR_ENV, baremetal_env, netbox_secret, record_servers, secret
+from capfleet_e2e.site import OPERATOR_ENV, baremetal_env, bmc_secret, netbox_secret, record_servers
 
 ROOT_SERIAL = "CAPFLEET-ROOT"
 # A worker node: the node image (2.3 GiB) and its seed on a 6 GiB disk; kubelet and containerd in 1.5 GiB.
@@ -76,12 +76,6 @@ class Metal:
         return yaml.safe_dump_all(documents, sort_keys=False)
 
 
-def bmc_secret(server: BareMetalServer) -> dict[str, Any]:
-    """The lab's BMC credentials: the Redfish emulator's (and every virtualbmc's), with its CA."""
-    data = {"username": server.username, "password": server.password, "caBundle": server.ca_cert.read_text()}
-    return secret(BMC_SECRET, data)
-
-
 @contextlib.asynccontextmanager
 async def open_metal(
     site: NodeSite,
@@ -97,11 +91,10 @@ async def open_metal(
 ) -> AsyncIterator[Metal]:
     """Record `servers` in NetBox (BMC through `ipmi[name]` where given), create the Secrets, serve the
     node image and start the two bare-metal operators; the image server stops on exit."""
-    bmcs = {
-        s.name: (ipmi or {})[s.name].address if s.name in (ipmi or {}) else s.bmc_address for s in servers
-    }
+    # The virtualbmcs share the Redfish emulator's credentials, so one BMC Secret serves every server.
+    bmcs = {name: vbmc.address for name, vbmc in (ipmi or {}).items()}
     role, _ = record_servers(netbox, servers, "worker", bmc_addresses=bmcs)
-    for body in (netbox_secret(netbox), bmc_secret(servers[0])):
+    for body in (netbox_secret(netbox), bmc_secret(servers[0], BMC_SECRET)):
         await site.kube.create(resources.SECRETS, body, site.namespace)
     (workdir / "boot").mkdir(parents=True, exist_ok=True)
     env, boot_url = baremetal_env(pxe_lab, workdir / "boot")

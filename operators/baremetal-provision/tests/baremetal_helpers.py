@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from capfleet_e2e.baremetal.servers import BareMetalServer
 from capfleet_e2e.deployramdisk.build import DeployRamdisk
 from capfleet_e2e.libvirt.image import TestImage
 from capfleet_e2e.processes import free_port
+from capfleet_e2e.waiting import eventually
 
 INSTANCES = kinds.BAREMETAL_INSTANCE.resource
 OPERATOR_ENV = {"CAPFLEET_BMC_SHUTDOWN_SECONDS": "3", "CAPFLEET_BMC_POWER_WAIT_SECONDS": "20"}
@@ -112,6 +114,18 @@ async def create_instance(
         "kernelArgs": image.cmdline.split(),
     }
     return await create_with(kube, namespace, server, **{"os": installer, **spec})
+
+
+async def delete_and_wait(kube: Kube, namespace: str, name: str, what: str, within: float) -> float:
+    """Delete instance `name` and wait until it is gone (its finalizer done); returns the seconds taken."""
+    started = time.monotonic()
+    await kube.delete(INSTANCES, name, namespace)
+
+    async def gone() -> bool:
+        return await kube.get(INSTANCES, name, namespace) is None
+
+    await eventually(what, gone, within=within)
+    return time.monotonic() - started
 
 
 def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:

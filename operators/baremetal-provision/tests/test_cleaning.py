@@ -7,13 +7,20 @@ clusterctl move is neither cleaned nor powered off."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from baremetal_helpers import INSTANCES, boot_files, create_instance, create_secrets, facts, operator_env
+from baremetal_helpers import (
+    INSTANCES,
+    boot_files,
+    create_instance,
+    create_secrets,
+    delete_and_wait,
+    facts,
+    operator_env,
+)
 
 from capfleet import pausing, resources
 from capfleet.kube import Kube
@@ -59,23 +66,12 @@ async def test_deletion_cleans_through_the_cleaning_profile(
     # clusterctl move deletes the source object after copying it: the server is left as it is.
     move = {"metadata": {"annotations": {pausing.DELETE_FOR_MOVE_ANNOTATION: ""}}}
     await kube.patch(INSTANCES, moved.name, move, namespace)
-    await kube.delete(INSTANCES, moved.name, namespace)
-
-    async def moved_gone() -> bool:
-        return await kube.get(INSTANCES, moved.name, namespace) is None
-
-    await eventually("the moved instance to be deleted", moved_gone, within=60)
+    await delete_and_wait(kube, namespace, moved.name, "the moved instance to be deleted", 60)
     assert (await facts(moved)).power_state == "On", "not powered off"
     assert moved.serial_output().count(GUEST_BOOT) == 1, "not cleaned"
 
-    deleted = time.monotonic()
-    await kube.delete(INSTANCES, server.name, namespace)
-
-    async def gone() -> bool:
-        return await kube.get(INSTANCES, server.name, namespace) is None
-
-    await eventually("the instance to be cleaned and deleted", gone, within=180)
-    print(f"\ndelete → gone with metadata cleaning: {time.monotonic() - deleted:.1f}s")
+    took = await delete_and_wait(kube, namespace, server.name, "the instance to be cleaned and deleted", 180)
+    print(f"\ndelete → gone with metadata cleaning: {took:.1f}s")
     serial = server.serial_output()
     assert serial.count(GUEST_BOOT) == 2, "the cleaner booted once after the installer"
     assert "capfleet-testimage: called back" in serial.rsplit(GUEST_BOOT, 1)[1]
@@ -117,14 +113,8 @@ async def test_a_cleaner_that_never_calls_back_times_out(
         return ((obj or {}).get("status") or {}).get("phase") == "Provisioned"
 
     await eventually("the server to be provisioned", provisioned, within=120)
-    deleted = time.monotonic()
-    await kube.delete(INSTANCES, server.name, namespace)
-
-    async def gone() -> bool:
-        return await kube.get(INSTANCES, server.name, namespace) is None
-
-    await eventually("the cleaning to time out and the instance to be deleted", gone, within=180)
-    took = time.monotonic() - deleted
+    what = "the cleaning to time out and the instance to be deleted"
+    took = await delete_and_wait(kube, namespace, server.name, what, 180)
     assert took >= 60, "the cleaner was waited for"
     assert server.serial_output().count(GUEST_BOOT) == 1, "no cleaner ever booted Linux"
     seen = await facts(server)

@@ -24,6 +24,7 @@ from baremetal_helpers import (
     condition,
     create_secrets,
     create_with,
+    delete_and_wait,
     deploy_env,
     facts,
 )
@@ -125,14 +126,8 @@ async def test_a_server_gets_the_node_image_boots_it_from_disk_and_is_wiped_on_d
     seen = await facts(server)
     assert (seen.power_state, seen.boot_device) == ("On", "disk")
 
-    deleting = time.monotonic()
-    await kube.delete(INSTANCES, server.name, namespace)
-
-    async def gone() -> bool:
-        return await kube.get(INSTANCES, server.name, namespace) is None
-
-    await eventually("the instance to be cleaned and deleted", gone, within=300)
-    print(f"deletion with cleaning: {time.monotonic() - deleting:.0f} s")
+    took = await delete_and_wait(kube, namespace, server.name, "the instance to be cleaned and deleted", 300)
+    print(f"deletion with cleaning: {took:.0f} s")
     assert (await facts(server)).power_state == "Off"
     with server.disk_path.open("rb") as disk:
         head = disk.read(MIB)
@@ -186,12 +181,8 @@ async def test_a_bad_checksum_no_matching_disk_and_a_missing_image_each_end_in_r
             return markers.NETWORK_BOOTED in ((obj or {}).get("metadata", {}).get("annotations") or {})
 
         await eventually("the abandoned server to be network-booted", network_booted, within=120)
-        await kube.delete(INSTANCES, abandoned.name, namespace)
-
-        async def abandoned_gone() -> bool:
-            return await kube.get(INSTANCES, abandoned.name, namespace) is None
-
-        await eventually("deletion during deployment to clean and finish", abandoned_gone, within=300)
+        what = "deletion during deployment to clean and finish"
+        await delete_and_wait(kube, namespace, abandoned.name, what, 300)
         assert (await facts(abandoned)).power_state == "Off"
         failed = await eventually("every deployment to fail its attempts", all_failed, within=600)
     for case, (reason, attempts) in FAILURES.items():

@@ -17,6 +17,7 @@ from baremetal_helpers import (
     condition,
     create_instance,
     create_secrets,
+    delete_and_wait,
     facts,
     ipmi_spec,
     operator_env,
@@ -100,12 +101,7 @@ async def test_provision_online_status_rebuild_and_deprovision_through_ipmi(
     assert after["metadata"]["annotations"][markers.NETWORK_BOOTED] == annotations[markers.NETWORK_BOOTED]
     assert server.serial_output().count(GUEST_BOOT) == 1, "the installer ran exactly once"
 
-    await kube.delete(INSTANCES, server.name, namespace)
-
-    async def gone() -> bool:
-        return await kube.get(INSTANCES, server.name, namespace) is None
-
-    await eventually("the instance to be deleted", gone, within=90)
+    await delete_and_wait(kube, namespace, server.name, "the instance to be deleted", 90)
     seen = await facts(server, vbmc)
     assert (seen.power_state, seen.boot_device) == ("Off", "disk")
     log = operator.log()

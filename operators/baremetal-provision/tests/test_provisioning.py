@@ -17,6 +17,7 @@ from baremetal_helpers import (
     condition,
     create_instance,
     create_secrets,
+    delete_and_wait,
     facts,
     operator_env,
 )
@@ -72,12 +73,7 @@ async def test_provision_deprovision_and_timeout(
     seen = await facts(good)
     assert (seen.boot_device, seen.boot_override) == ("disk", "Continuous")
 
-    await kube.delete(INSTANCES, good.name, namespace)
-
-    async def gone() -> bool:
-        return await kube.get(INSTANCES, good.name, namespace) is None
-
-    await eventually("the instance to be deleted", gone, within=60)
+    await delete_and_wait(kube, namespace, good.name, "the instance to be deleted", 60)
     assert (await facts(good)).power_state == "Off"
 
     async def gave_up() -> dict[str, Any] | None:

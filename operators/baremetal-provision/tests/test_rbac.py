@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from baremetal_helpers import INSTANCES, boot_files, create_instance, create_secrets, facts, operator_env
+from baremetal_helpers import (
+    INSTANCES,
+    boot_files,
+    create_instance,
+    create_secrets,
+    delete_and_wait,
+    facts,
+    operator_env,
+)
 
 from capfleet import resources
 from capfleet.kube import Kube
@@ -54,11 +62,6 @@ async def test_server_is_provisioned_with_only_the_base_rbac(
     listed = await kube.list(resources.EVENTS, namespace)
     assert any(e.get("reason") == "Provisioned" for e in listed), "Events were posted"
 
-    await kube.delete(INSTANCES, server.name, namespace)
-
-    async def gone() -> bool:
-        return await kube.get(INSTANCES, server.name, namespace) is None
-
-    await eventually("the instance to be deleted", gone, within=90)
+    await delete_and_wait(kube, namespace, server.name, "the instance to be deleted", 90)
     assert (await facts(server)).power_state == "Off"
     assert forbidden_requests(control_plane, "baremetal-provision") == []

@@ -73,14 +73,15 @@ async def wait_for_power(target: BMC, wanted: PowerState, within: float) -> bool
     return True
 
 
-async def _mark(ctx: Context, meta: Mapping[str, Any], key: str, value: str) -> None:
-    patch = {"metadata": {"annotations": {key: value}}}
+async def _annotate(ctx: Context, meta: Mapping[str, Any], changes: Mapping[str, str | None]) -> None:
+    """Set (or, with None, remove) annotations of the instance in one patch."""
+    patch = {"metadata": {"annotations": dict(changes)}}
     await ctx.kube.patch(INSTANCES, meta["name"], patch, meta["namespace"])
 
 
 async def ensure_token(ctx: Context, meta: Mapping[str, Any]) -> None:
     if not markers.annotations_of(meta).get(markers.TOKEN_SECRET):
-        await _mark(ctx, meta, markers.TOKEN_SECRET, markers.new_token_secret())
+        await _annotate(ctx, meta, {markers.TOKEN_SECRET: markers.new_token_secret()})
 
 
 @dataclass
@@ -118,8 +119,7 @@ class Pass:
 
     async def annotate(self, changes: Mapping[str, str | None]) -> None:
         """Set (or, with None, remove) annotations in one patch, and see them in this pass."""
-        patch = {"metadata": {"annotations": dict(changes)}}
-        await self.ctx.kube.patch(INSTANCES, self.meta["name"], patch, self.meta["namespace"])
+        await _annotate(self.ctx, self.meta, changes)
         kept = {k: v for k, v in markers.annotations_of(self.meta).items() if k not in changes}
         self.meta["annotations"] = {**kept, **{k: v for k, v in changes.items() if v is not None}}
 

@@ -76,6 +76,9 @@ async def test_bare_metal_workers_deployed_with_the_node_image_join_roll_and_are
         workdir=tmp_path / "metal",
         ipmi={ipmi.name: vbmc},
     ) as metal:
+        # netbox-device picks any free server: until both workers joined, only these two are free, so
+        # one worker is driven through Redfish and one through IPMI in every run.
+        set_device_status(netbox, [spare, fourth], "planned")
         started = time.monotonic()
         site.apply(metal.hybrid(site.manifest(WORKER_MACHINE_COUNT="2")))
         await eventually("the control-plane Node to be Ready", lambda: site.ready_nodes(1), 1800, 10)
@@ -86,8 +89,18 @@ async def test_bare_metal_workers_deployed_with_the_node_image_join_roll_and_are
         joined = metal_nodes(nodes)
         assert len(joined) == 2, nodes
         await report_steps(site)
+        instances = await site.kube.list(kinds.BAREMETAL_INSTANCE.resource, site.namespace)
+        schemes = sorted(i["spec"]["bmc"]["address"].split("://")[0] for i in instances)
+        assert schemes == ["ipmi", "redfish+https"], schemes
+        set_device_status(netbox, [spare, fourth], "inventory")
         await rolling_update_reimages(site, metal, set(joined.values()))
         await a_bad_image_stops_and_frees_its_device(site, netbox)
+
+
+def set_device_status(netbox: NetboxInstance, servers: list[BareMetalServer], status: str) -> None:
+    for server in servers:
+        (device,) = netbox.client.list_all("dcim/devices/", name=server.name)
+        netbox.client.update("dcim/devices", device["id"], {"status": status})
 
 
 async def report_steps(site: NodeSite) -> None:

@@ -109,6 +109,17 @@ def test_token_depends_on_secret_and_name_but_not_uid() -> None:
     assert markers.token_of({"name": "bm1", "namespace": "ns"}) is None
 
 
+def test_each_attempt_has_its_own_token() -> None:
+    annotations = {markers.TOKEN_SECRET: "s" * 64}
+    meta = {"name": "bm1", "namespace": "ns", "annotations": annotations}
+    tokens = {markers.token_of(meta)}
+    for failed in ("1", "2"):
+        annotations[markers.FAILED_ATTEMPTS] = failed
+        tokens.add(markers.token_of(meta))
+    assert len(tokens) == 3
+    assert markers.token_of(meta) == markers.token("s" * 64, "ns", "bm1", 2)
+
+
 def test_cleaning_script_calls_back_to_the_cleaning_url_and_has_no_seed() -> None:
     script = booting.cleaning_script(OS, "http://b:1", "tok")
     assert script.splitlines() == [

@@ -133,9 +133,18 @@ def condition(kube: FakeKube, type_: str) -> dict[str, Any]:
 async def test_a_new_instance_is_powered_off_then_network_booted_once() -> None:
     server = FakeBMC(power="On")
     ctx, kube = context(server)
+    marks_at_power_on: list[set[str]] = []
+    power_on = server.power_on
+
+    async def noting_marks() -> None:
+        marks_at_power_on.append(set(kube.annotations))
+        await power_on()
+
+    server.power_on = noting_marks  # type: ignore[method-assign]
     await provisioning.reconcile(ctx, body())
     assert server.calls == ["power_off", "boot_pxe_once", "power_on", "close"]
     assert markers.NETWORK_BOOTED in kube.annotations
+    assert [markers.BOOT_WINDOW in marks for marks in marks_at_power_on] == [True], "window opened first"
     assert [p["phase"] for p in kube.status if "phase" in p] == ["PoweringOff", "NetworkBooting"]
     assert kube.events == [("Normal", "PoweringOff"), ("Normal", "NetworkBooting")]
     assert condition(kube, "BMCReachable")["reason"] == "Connected"

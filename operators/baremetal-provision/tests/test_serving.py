@@ -4,6 +4,7 @@ can and cannot put in the marks) and the image cache against a real upstream HTT
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import hashlib
@@ -17,39 +18,61 @@ import pytest
 import yaml
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
+from baremetal_helpers import b64
 
 from baremetal_provision import imagecache, markers, serving
+from baremetal_provision.contexts import INSTANCES
 from baremetal_provision.settings import BaremetalSettings
-from capfleet import cloudinit, reconciling
+from capfleet import cloudinit, events, reconciling, resources
 from capfleet.api import kinds
-from capfleet.kube import Kube
+from capfleet.kube import Conflict, Kube, Obj
 from capfleet.resources import Resource
+from capfleet_e2e.waiting import eventually
 
 TOKEN_SECRET = "s" * 64
 
 
 class FakeKube(Kube):
-    """The user-data Secret, and the annotations the server writes (a `Kube`, as memo must hold one)."""
+    """The instance and its user-data Secret; the annotations the server writes, with the API server's
+    resourceVersion precondition; the Events it posts (a `Kube`, as memo must hold one)."""
 
-    def __init__(self) -> None:
-        self.annotations: dict[str, str] = {}
+    def __init__(self, instance: dict[str, Any]) -> None:
+        self.instance = instance
+        self.annotations: dict[str, str] = dict(instance["metadata"].get("annotations") or {})
+        self.version = 1
+        self.events: list[dict[str, Any]] = []
+        self.field_manager = "test"
 
     async def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        if resource == INSTANCES:
+            meta = {**self.instance["metadata"], "annotations": dict(self.annotations)}
+            return {**self.instance, "metadata": {**meta, "resourceVersion": str(self.version)}}
         assert (name, namespace) == ("bm-bootstrap", "ns")
         return {"data": {"value": base64.b64encode(b"#cloud-config\n").decode()}}
 
     async def patch(
         self, resource: Resource, name: str, patch: dict[str, Any], namespace: str | None = None
     ) -> dict[str, Any] | None:
+        if patch["metadata"].get("resourceVersion", str(self.version)) != str(self.version):
+            raise Conflict(409, "Conflict", "the object has been modified")
         self.annotations.update(patch["metadata"]["annotations"])
+        self.version += 1
         return None
+
+    async def create(self, resource: Resource, body: dict[str, Any], namespace: str | None = None) -> Obj:
+        self.events.append(body)
+        return body
 
 
 def instance(**spec: Any) -> dict[str, Any]:
     return {
         "apiVersion": f"{kinds.BAREMETAL_GROUP}/{kinds.VERSION}",
         "kind": "BaremetalInstance",
-        "metadata": {"name": "bm", "namespace": "ns", "annotations": {markers.TOKEN_SECRET: TOKEN_SECRET}},
+        "metadata": {
+            "name": "bm",
+            "namespace": "ns",
+            "annotations": {markers.TOKEN_SECRET: TOKEN_SECRET, markers.BOOT_WINDOW: "2026-01-01T00:00:00Z"},
+        },
         "spec": {
             "bmc": {"address": "ipmi://10.0.0.1", "credentialsSecretRef": {"name": "bm-bmc"}},
             "bootMACAddress": "52:54:00:aa:bb:01",
@@ -65,16 +88,25 @@ async def serving_of(
     body: dict[str, Any], images: imagecache.ImageCache | None = None
 ) -> AsyncIterator[tuple[TestClient[Any, Any], FakeKube, str]]:
     """The boot server answering for one instance (`body`), with its token."""
+    kube = FakeKube(body)
+    async with serving_with(kube, body, images) as (client, token):
+        yield client, kube, token
+
+
+@contextlib.asynccontextmanager
+async def serving_with(
+    kube: Kube, body: dict[str, Any], images: imagecache.ImageCache | None = None
+) -> AsyncIterator[tuple[TestClient[Any, Any], str]]:
+    """The boot server answering for one instance (`body`) through `kube`, with its token."""
     entry = serving.served_of(body)
     assert entry is not None
-    kube = FakeKube()
     by_mac = cast(kopf.Index[str, serving.Served], {entry.spec.boot_mac_address: [entry]})
     by_token = cast(kopf.Index[str, serving.Served], {entry.token: [entry]})
-    memo = cast(kopf.Memo, {reconciling.KUBE_KEY: kube})
+    memo = cast(kopf.Memo, {reconciling.KUBE_KEY: kube, reconciling.EVENTS_KEY: events.Recorder(kube)})
     settings = BaremetalSettings(boot_url="http://boot:8081")
     lookup = serving.Lookup(memo, by_mac, by_token, settings, images)
     async with TestClient(TestServer(serving.application(lookup))) as client:
-        yield client, kube, entry.token
+        yield client, entry.token
 
 
 @pytest.fixture
@@ -107,6 +139,76 @@ async def test_the_seed_is_served_under_the_token(served: tuple[TestClient[Any, 
     assert await user_data.read() == b"#cloud-config\n"
     assert markers.SEED_FETCHED in kube.annotations
     assert (await client.get("/seed/not-the-token/meta-data")).status == 404
+
+
+async def test_the_user_data_is_served_once_per_attempt_and_a_second_fetch_is_reported(
+    served: tuple[TestClient[Any, Any], FakeKube, str],
+) -> None:
+    client, kube, token = served
+    first, second = [await client.get(f"/seed/{token}/user-data") for _ in range(2)]
+    assert (first.status, second.status) == (200, 403)
+    assert await first.read() == b"#cloud-config\n"
+    assert b"cloud-config" not in await second.read()
+    (event,) = kube.events
+    assert (event["type"], event["reason"]) == ("Warning", "SeedRefetchRefused")
+    assert "127.0.0.1" in event["message"]
+    assert token not in event["message"]
+    # meta-data holds no secret: it stays readable for the rest of the attempt
+    assert (await client.get(f"/seed/{token}/meta-data")).status == 200
+
+
+@pytest.mark.integration
+async def test_of_fetches_at_once_only_one_gets_the_user_data(kube: Kube, namespace: str) -> None:
+    """Against the real API server: the resourceVersion precondition lets exactly one of eight concurrent
+    fetches through, and the refusals make one Warning Event."""
+    bootstrap = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "bm-bootstrap"}}
+    await kube.create(resources.SECRETS, {**bootstrap, "data": {"value": b64("#cloud-config\n")}}, namespace)
+    body = instance()
+    body["metadata"]["namespace"] = namespace
+    created = await kube.create(INSTANCES, body, namespace)
+    async with serving_with(kube, created) as (client, token):
+        replies = await asyncio.gather(*(client.get(f"/seed/{token}/user-data") for _ in range(8)))
+    assert sorted(reply.status for reply in replies) == [200] + [403] * 7
+    found = await kube.get(INSTANCES, "bm", namespace)
+    assert found is not None
+    assert markers.SEED_FETCHED in found["metadata"]["annotations"]
+
+    async def refused() -> list[dict[str, Any]] | None:
+        warned = [
+            e for e in await kube.list(resources.EVENTS, namespace) if e["reason"] == "SeedRefetchRefused"
+        ]
+        return warned or None
+
+    assert len(await eventually("the refusal's Warning Event", refused, within=10)) == 1
+
+
+async def test_nothing_is_served_before_the_operator_opens_the_boot_window() -> None:
+    body = instance()
+    del body["metadata"]["annotations"][markers.BOOT_WINDOW]
+    async with serving_of(body) as (client, kube, token):
+        script = await (await client.get("/ipxe", params={"mac": "52:54:00:aa:bb:01"})).text()
+        assert script.splitlines()[-1] == "exit"
+        assert token not in script
+        assert (await client.get(f"/seed/{token}/meta-data")).status == 404
+        assert (await client.get(f"/seed/{token}/user-data")).status == 404
+        assert (await client.post(f"/callback/{token}")).status == 404
+        assert kube.annotations == body["metadata"]["annotations"]
+
+
+async def test_the_seed_and_callback_die_with_their_attempt() -> None:
+    body = instance()
+    async with serving_of(body) as (client, _, token):
+        assert (await client.get(f"/seed/{token}/meta-data")).status == 200
+    body["metadata"]["annotations"][markers.FAILED_ATTEMPTS] = "1"
+    async with serving_of(body) as (client, kube, next_token):
+        assert next_token != token
+        assert (await client.get(f"/seed/{token}/user-data")).status == 404
+        assert (await client.post(f"/callback/{token}")).status == 404
+        assert markers.SEED_FETCHED not in kube.annotations
+        assert (await client.get(f"/seed/{next_token}/user-data")).status == 200
+    body["metadata"]["annotations"][markers.CALLED_BACK] = "2026-01-01T00:00:00Z"
+    async with serving_of(body) as (client, _, token):
+        assert (await client.get(f"/seed/{token}/user-data")).status == 404, "no seed after the callback"
 
 
 IMAGE_BYTES = bytes(range(256)) * 4096

@@ -1,11 +1,11 @@
 """Durable progress marks on a BaremetalInstance: annotations, because status is a cache.
 
 clusterctl move drops status and changes UIDs, and an operator restart forgets everything in memory, so
-what provisioning did (the power cycle that network-booted the server, the seed the guest fetched, the
-installer's callback or reported failure, the failed attempts so far, the first boot from disk, and on
-deletion the cleaner's boot and callback) and the per-instance token secret live in annotations. The
-reconcile reads them to know where it was, the HTTP server writes the guest's marks, and the token is
-derived from them here.
+what provisioning did (the boot window it opened, the power cycle that network-booted the server, the
+seed the guest fetched, the installer's callback or reported failure, the failed attempts so far, the
+first boot from disk, and on deletion the cleaner's boot and callback) and the per-instance token secret
+live in annotations. The reconcile reads them to know where it was, the HTTP server writes the guest's
+marks, and the token is derived from them here.
 """
 
 from __future__ import annotations
@@ -27,6 +27,9 @@ from capfleet.api.baremetal import BaremetalInstanceSpec
 # annotations, and the guest's marks must trigger the reconcile.
 PREFIX = "baremetal.capfleet.dev/"
 TOKEN_SECRET = PREFIX + "token-secret"
+BOOT_WINDOW = PREFIX + "boot-window-opened-at"
+"""Written before the power-on that network-boots the server: from then until the attempt ends, and only
+then, its script, seed and callback are served."""
 NETWORK_BOOTED = PREFIX + "network-booted-at"
 SEED_FETCHED = PREFIX + "seed-fetched-at"
 CALLED_BACK = PREFIX + "installer-called-back-at"
@@ -36,7 +39,7 @@ FAILURE_REPORTED = PREFIX + "deploy-failure"
 FAILED_ATTEMPTS = PREFIX + "failed-attempts"
 LAST_FAILURE = PREFIX + "last-failure"
 DISK_BOOTED = PREFIX + "disk-booted-at"
-ATTEMPT_MARKS = (NETWORK_BOOTED, SEED_FETCHED, CALLED_BACK, FAILURE_REPORTED)
+ATTEMPT_MARKS = (BOOT_WINDOW, NETWORK_BOOTED, SEED_FETCHED, CALLED_BACK, FAILURE_REPORTED)
 """Cleared together when an attempt is counted as failed, so the next one starts afresh."""
 
 
@@ -66,18 +69,23 @@ def new_token_secret() -> str:
     return secrets.token_hex(32)
 
 
-def token(secret: str, namespace: str, name: str) -> str:
-    """The seed/callback token: an HMAC of the instance's namespace/name, so it survives a move (same
-    annotation, same name) and cannot be guessed without the per-instance secret."""
-    digest = hmac.new(secret.encode(), f"{namespace}/{name}".encode(), hashlib.sha256).digest()
+def token(secret: str, namespace: str, name: str, attempt: int = 0) -> str:
+    """The seed/callback token of one provisioning attempt: an HMAC of the instance's namespace/name (and
+    the attempt after the first), so it survives a move (same annotations, same name), cannot be guessed
+    without the per-instance secret, and a token seen during a failed attempt is dead in the next one."""
+    subject = f"{namespace}/{name}" if attempt == 0 else f"{namespace}/{name}/attempt-{attempt}"
+    digest = hmac.new(secret.encode(), subject.encode(), hashlib.sha256).digest()
     return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
 
 def token_of(meta: Mapping[str, Any]) -> str | None:
-    secret = annotations_of(meta).get(TOKEN_SECRET)
+    """The token of the instance's current attempt; None before the operator gave it a secret."""
+    found = annotations_of(meta)
+    secret = found.get(TOKEN_SECRET)
     if not secret:
         return None
-    return token(secret, str(meta.get("namespace") or ""), str(meta["name"]))
+    attempt = count(found.get(FAILED_ATTEMPTS))
+    return token(secret, str(meta.get("namespace") or ""), str(meta["name"]), attempt)
 
 
 def cleans(meta: Mapping[str, Any], spec: BaremetalInstanceSpec) -> bool:

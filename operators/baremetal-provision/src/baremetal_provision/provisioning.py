@@ -133,6 +133,8 @@ async def _power_off(run: Pass) -> None:
 
 
 async def _network_boot(run: Pass) -> None:
+    if run.boot_mark == markers.NETWORK_BOOTED:
+        await run.mark(markers.BOOT_WINDOW)  # before the power-on: the server may ask at once
     await run.target.set_boot_device("pxe", once=True)
     await run.target.power_on()
     await run.mark(run.boot_mark)

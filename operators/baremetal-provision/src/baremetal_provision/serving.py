@@ -2,7 +2,9 @@
 the deploy ramdisk and (when enabled) cached images.
 
 Started at operator startup (aiohttp). Instances are found by MAC and by token through kopf indexes
-(`Served` entries, kept current by kopf's watch), so a request never lists the API. The guest's progress
+(`Served` entries, kept current by kopf's watch), so a request never lists the API. A seed is served only
+while its attempt is open, under that attempt's token, and its user-data once: a second fetch is refused
+with a Warning Event, since it means someone else on the provisioning network asked. The guest's progress
 (seed fetched, deployed or failed with a reason; on deletion, the cleaner called back) is written as
 annotations on the instance, which triggers its reconcile: the HTTP server records, the reconcile decides.
 """
@@ -23,10 +25,10 @@ from baremetal_provision import booting, markers, reports
 from baremetal_provision.contexts import INSTANCES
 from baremetal_provision.imagecache import ImageCache
 from baremetal_provision.settings import BaremetalSettings
-from capfleet import metrics, reconciling, resources
+from capfleet import events, metrics, reconciling, resources
 from capfleet.api import kinds
 from capfleet.api.baremetal import BaremetalInstanceSpec, Image, OSProfile
-from capfleet.kube import Kube, KubeError
+from capfleet.kube import Conflict, Kube, KubeError
 
 log = logging.getLogger(__name__)
 SEED_FILES = {"user-data", "meta-data", "network-config"}
@@ -40,14 +42,22 @@ class Served:
     name: str
     token: str
     spec: BaremetalInstanceSpec
-    seed_fetched: bool
     called_back: bool
     cleaning: bool = False
     """Deleted and being cleaned: the cleaning profile is served, and only the cleaning callback."""
     network_booted_at: str | None = None
+    window_opened: bool = False
+    """The operator opened this attempt's boot window (it is about to network-boot the server)."""
     failure_reported: bool = False
     exhausted: bool = False
     """Every provisioning attempt failed: nothing is network-booted any more."""
+
+    @property
+    def attempt_open(self) -> bool:
+        """Between the operator's network boot and the attempt's end (callback, failure, or the last
+        attempt spent): the only time its script, seed and callback are served."""
+        ended = self.called_back or self.failure_reported or self.exhausted
+        return self.window_opened and not ended and not self.cleaning
 
 
 def served_of(body: Mapping[str, Any]) -> Served | None:
@@ -64,10 +74,10 @@ def served_of(body: Mapping[str, Any]) -> Served | None:
         name=str(meta["name"]),
         token=token,
         spec=spec,
-        seed_fetched=bool(found.get(markers.SEED_FETCHED)),
         called_back=bool(found.get(markers.CALLED_BACK)),
         cleaning=cleaning,
         network_booted_at=found.get(markers.NETWORK_BOOTED),
+        window_opened=bool(found.get(markers.BOOT_WINDOW) or found.get(markers.NETWORK_BOOTED)),
         failure_reported=bool(found.get(markers.FAILURE_REPORTED)),
         exhausted=markers.count(found.get(markers.FAILED_ATTEMPTS)) >= spec.max_provisioning_attempts,
     )
@@ -100,6 +110,30 @@ class Lookup:
     def ramdisk(self, base: str) -> OSProfile:
         return booting.ramdisk_profile(*self.settings.deploy_ramdisk(base))
 
+    @property
+    def recorder(self) -> events.Recorder:
+        return reconciling.from_memo(self.memo, reconciling.EVENTS_KEY, events.Recorder)
+
+    async def claim_user_data(self, served: Served) -> dict[str, Any] | None:
+        """Mark the user-data of the current attempt fetched, once: a patch conditional on the instance's
+        resourceVersion, so of two fetches at once only one gets it. The instance when this fetch is the
+        first, None when the attempt's user-data was already fetched (or the attempt is gone)."""
+        while True:
+            body = await self.kube.get(INSTANCES, served.name, served.namespace)
+            if body is None or markers.token_of(body["metadata"]) != served.token:
+                return None
+            if markers.annotations_of(body["metadata"]).get(markers.SEED_FETCHED):
+                return None
+            version = body["metadata"]["resourceVersion"]
+            patch = {
+                "metadata": {"resourceVersion": version, "annotations": {markers.SEED_FETCHED: markers.now()}}
+            }
+            try:
+                await self.kube.patch(INSTANCES, served.name, patch, served.namespace)
+            except Conflict:
+                continue  # changed since read: read again
+            return body
+
     async def mark(self, served: Served, key: str, value: str | None = None) -> None:
         patch = {"metadata": {"annotations": {key: value or markers.now()}}}
         await self.kube.patch(INSTANCES, served.name, patch, served.namespace)
@@ -131,6 +165,8 @@ async def ipxe(request: web.Request) -> web.Response:
         return text(booting.exit_script("provisioned; booting from disk"))
     if served.exhausted or served.failure_reported:
         return text(booting.exit_script("provisioning failed; not booting the deployer again now"))
+    if not served.attempt_open:
+        return text(booting.exit_script("no provisioning attempt is open for this MAC"))
     if served.spec.os is not None:
         log.info("serving the installer script of %s/%s to %s", served.namespace, served.name, mac)
         return text(booting.install_script(served.spec.os, base, served.token))
@@ -145,7 +181,7 @@ async def seed(request: web.Request) -> web.Response:
     lookup = request.app[LOOKUP]
     served = lookup.find(lookup.by_token, request.match_info["token"])
     name = request.match_info["file"]
-    if served is None or served.cleaning or name not in SEED_FILES:
+    if served is None or not served.attempt_open or name not in SEED_FILES:
         raise web.HTTPNotFound()
     if name == "meta-data":
         return text(booting.meta_data(served.namespace, served.name, served.spec))
@@ -155,23 +191,39 @@ async def seed(request: web.Request) -> web.Response:
             raise web.HTTPNotFound()
         return text(config)
     ref = served.spec.user_data_secret_ref
+    where = f"{served.namespace}/{served.name}"
     try:
         secret = await lookup.kube.get(resources.SECRETS, ref.name, served.namespace)
+        value = ((secret or {}).get("data") or {}).get(ref.key)
+        if value is None:
+            raise web.HTTPServiceUnavailable(text="bootstrap data not ready")
+        first = await lookup.claim_user_data(served)
     except KubeError as exc:
-        log.warning("cannot read the user-data of %s/%s: %s", served.namespace, served.name, exc)
+        log.warning("cannot serve the user-data of %s: %s", where, exc)
         raise web.HTTPServiceUnavailable() from exc
-    value = ((secret or {}).get("data") or {}).get(ref.key)
-    if value is None:
-        raise web.HTTPServiceUnavailable(text="bootstrap data not ready")
-    if not served.seed_fetched:
-        await lookup.mark(served, markers.SEED_FETCHED)
+    if first is None:
+        await refuse_second_fetch(lookup, served, request.remote or "an unknown address")
+        raise web.HTTPForbidden(text="the user-data of this attempt was already fetched")
     return web.Response(body=base64.b64decode(value), content_type="text/plain")
+
+
+async def refuse_second_fetch(lookup: Lookup, served: Served, requester: str) -> None:
+    where = f"{served.namespace}/{served.name}"
+    log.warning("refused a second fetch of the user-data of %s from %s", where, requester)
+    body = await lookup.kube.get(INSTANCES, served.name, served.namespace)
+    if body is not None:
+        message = (
+            f"a second fetch of the user-data from {requester} was refused: the seed is served once per "
+            "provisioning attempt; if this server did not fetch it, someone else on the provisioning "
+            "network did"
+        )
+        await lookup.recorder.transition(body, "Warning", "SeedRefetchRefused", message)
 
 
 async def callback(request: web.Request) -> web.Response:
     lookup = request.app[LOOKUP]
     served = lookup.find(lookup.by_token, request.match_info["token"])
-    if served is None or served.cleaning:
+    if served is None or served.cleaning or not served.window_opened:
         raise web.HTTPNotFound()
     body = (await request.content.read(reports.BODY_MAX)).decode(errors="replace")
     report = reports.read(request.query, body, served.token)
@@ -226,7 +278,7 @@ def _cached_image(request: web.Request) -> tuple[ImageCache, Image]:
     """The cache and the image of the instance whose token is in the query, when it deploys one."""
     lookup = request.app[LOOKUP]
     served = lookup.find(lookup.by_token, request.query.get("token", ""))
-    if lookup.images is None or served is None or served.cleaning or served.spec.image is None:
+    if lookup.images is None or served is None or not served.attempt_open or served.spec.image is None:
         raise web.HTTPNotFound()
     return lookup.images, served.spec.image
 

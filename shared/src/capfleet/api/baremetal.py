@@ -48,15 +48,23 @@ class BMC(Model):
     )
 
 
+# Each argument lands on the iPXE `kernel` line: a space, quote or line break could end the argument or
+# the command and smuggle iPXE commands into the script.
+KERNEL_ARG_PATTERN = r"^[!#-&(-~]+$"
+
+
 class OSProfile(Model):
     """The OS installer that is network-booted: kernel, initrd and kernel command line."""
 
     kernel_url: HTTPURL = Field(alias="kernelURL", description="URL of the kernel.")
     initrd_url: HTTPURL = Field(alias="initrdURL", description="URL of the initrd.")
-    kernel_args: list[Annotated[str, Field(min_length=1, max_length=1024)]] = Field(
-        default_factory=list,
-        max_length=64,
-        description="Kernel command-line arguments, added to the ones capfleet needs to find the seed.",
+    kernel_args: list[Annotated[str, Field(min_length=1, max_length=1024, pattern=KERNEL_ARG_PATTERN)]] = (
+        Field(
+            default_factory=list,
+            max_length=64,
+            description="Kernel command-line arguments, added to the ones capfleet needs to find the seed; "
+            "each one word of printable ASCII (no spaces, quotes or line breaks).",
+        )
     )
 
 

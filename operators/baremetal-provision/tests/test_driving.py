@@ -301,3 +301,44 @@ async def test_deletion_for_a_move_leaves_the_server_alone() -> None:
     await provisioning.deprovision(ctx, body({pausing.DELETE_FOR_MOVE_ANNOTATION: ""}, cleaning="metadata"))
     assert server.calls == []
     assert kube.status == []
+
+
+async def test_the_first_action_on_a_bmc_is_marked_before_it_happens() -> None:
+    server = FakeBMC(power="On")
+    ctx, kube = context(server)
+    marks_at_first_call: list[set[str]] = []
+    power_off = server.power_off
+
+    async def noting_marks(*, force: bool) -> None:
+        marks_at_first_call.append(set(kube.annotations))
+        await power_off(force=force)
+
+    server.power_off = noting_marks  # type: ignore[method-assign]
+    await provisioning.reconcile(ctx, body())
+    assert markers.BMC_TOUCHED in marks_at_first_call[0]
+
+
+async def test_deleting_an_instance_that_never_acted_needs_no_bmc() -> None:
+    server = FakeBMC(power="On")
+    server.refuse = errors.BackendRejected("BMC refused the credentials", reason="AuthenticationFailed")
+    ctx, kube = context(server)
+    with pytest.raises(errors.BackendRejected):
+        await provisioning.reconcile(ctx, body())
+    assert markers.BMC_TOUCHED not in kube.annotations
+    server.calls.clear()
+    await provisioning.deprovision(ctx, body())  # the wrong password never did anything: nothing to undo
+    assert server.calls == []
+    with pytest.raises(errors.BackendRejected):
+        await provisioning.deprovision(ctx, body({markers.BMC_TOUCHED: ago(60)}))
+
+
+async def test_a_detached_instance_leaves_its_bmc_alone_and_is_deleted_without_it() -> None:
+    server = FakeBMC(power="On")
+    server.refuse = errors.BackendUnavailable("no route to the BMC", reason="Unreachable")
+    ctx, kube = context(server)
+    detached = {markers.DETACHED: "", markers.CALLED_BACK: ago(600), markers.DISK_BOOTED: ago(500)}
+    await provisioning.reconcile(ctx, body(detached))
+    assert condition(kube, "BMCReachable")["reason"] == "Detached"
+    assert condition(kube, "Ready")["status"] == "False"
+    await provisioning.deprovision(ctx, body(detached, cleaning="metadata"))
+    assert server.calls == []

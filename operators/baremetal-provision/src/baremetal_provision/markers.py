@@ -39,6 +39,12 @@ FAILURE_REPORTED = PREFIX + "deploy-failure"
 FAILED_ATTEMPTS = PREFIX + "failed-attempts"
 LAST_FAILURE = PREFIX + "last-failure"
 DISK_BOOTED = PREFIX + "disk-booted-at"
+BMC_TOUCHED = PREFIX + "bmc-first-action-at"
+"""Written before the operator's first action on the BMC: an instance without it (and without any later
+mark) never changed the server, so its deletion has nothing to undo and needs no BMC."""
+DETACHED = PREFIX + "detached"
+"""Set by a person, as Metal3's `detached`: the operator leaves the BMC alone, and deletion completes
+without it (the way out for a BMC that is gone for good)."""
 ATTEMPT_MARKS = (BOOT_WINDOW, NETWORK_BOOTED, SEED_FETCHED, CALLED_BACK, FAILURE_REPORTED)
 """Cleared together when an attempt is counted as failed, so the next one starts afresh."""
 
@@ -86,6 +92,25 @@ def token_of(meta: Mapping[str, Any]) -> str | None:
         return None
     attempt = count(found.get(FAILED_ATTEMPTS))
     return token(secret, str(meta.get("namespace") or ""), str(meta["name"]), attempt)
+
+
+def touched(meta: Mapping[str, Any]) -> bool:
+    """Whether the operator ever acted on the server through its BMC."""
+    found = annotations_of(meta)
+    acted = (
+        BMC_TOUCHED,
+        BOOT_WINDOW,
+        NETWORK_BOOTED,
+        CALLED_BACK,
+        DISK_BOOTED,
+        FAILED_ATTEMPTS,
+        CLEANING_BOOTED,
+    )
+    return any(found.get(key) for key in acted)
+
+
+def detached(meta: Mapping[str, Any]) -> bool:
+    return DETACHED in annotations_of(meta)
 
 
 def cleans(meta: Mapping[str, Any], spec: BaremetalInstanceSpec) -> bool:

@@ -231,6 +231,8 @@ async def drive(run: Pass, decide: Decide, report_after: Collection[str] = ()) -
         action = ACTIONS.get(decision.action)
         if action is None:
             return decision
+        if not markers.touched(run.meta):
+            await run.mark(markers.BMC_TOUCHED)
         await action(run)
     raise errors.Waiting("the BMC has not reached the requested state yet", reason="BMCSettling")
 
@@ -246,6 +248,9 @@ async def reconcile(ctx: Context, body: Mapping[str, Any]) -> None:
     status = InstanceStatus(ctx, body)
     if pausing.hands_off(instance.metadata):
         await status.paused()
+        return
+    if markers.detached(instance.metadata):
+        await status.detached()
         return
     async with ctx.lock(instance.metadata):
         try:
@@ -300,10 +305,15 @@ class CleaningInProgress(errors.Waiting):
 async def deprovision(ctx: Context, body: Mapping[str, Any]) -> None:
     """Clean the server if asked (network-boot the cleaner, wait for its callback), power it off
     (gracefully, then forced) and put its boot device back on disk. Raises to be called again while
-    the cleaner runs."""
+    the cleaner runs. An instance that never acted on its BMC (a wrong password, an unreachable BMC)
+    or is detached is deleted without asking the BMC anything."""
     instance = kinds.BAREMETAL_INSTANCE.parse(body)
     meta = instance.metadata
     if pausing.moving(meta):
+        return
+    if markers.detached(meta) or not markers.touched(meta):
+        # Nothing to undo, or a person said to leave the BMC: deletion never waits for a BMC here.
+        ctx.forget(meta)
         return
     if pausing.annotated(meta):
         raise errors.Waiting("paused: the server is powered off once the object is unpaused", reason="Paused")

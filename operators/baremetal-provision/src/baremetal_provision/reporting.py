@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from baremetal_provision import markers
 from baremetal_provision.backends.base import PowerState
 from baremetal_provision.contexts import INSTANCES, Context
 from baremetal_provision.phases import Goal, Marks, Phase
@@ -87,6 +88,10 @@ class InstanceStatus:
 
     async def paused(self) -> None:
         await self._write({}, [pausing.condition(True)])
+
+    async def detached(self) -> None:
+        message = f"detached ({markers.DETACHED}): the BMC is left alone; remove the annotation to manage it"
+        await self._write({}, [Update.false(BMC_REACHABLE, "Detached", message)])
 
     async def phase(self, phase: Phase, power: PowerState, marks: Marks, goal: Goal) -> None:
         update = phase_update(phase, marks, goal)

@@ -8,6 +8,8 @@ reasons by hand and a retry policy is decided here, not at every call site.
 
 from __future__ import annotations
 
+import random
+from collections.abc import Callable
 from typing import ClassVar
 
 import kopf
@@ -17,7 +19,8 @@ class CapfleetError(Exception):
     """Base class: a `reason` for conditions and a retry policy.
 
     `retry_base` is the first delay in seconds; the delay doubles with each retry up to `retry_cap`.
-    A `retry_base` of None means retrying cannot help: only a change to the object can.
+    A `retry_base` of None means retrying cannot help: only a change to the object can. The delay is
+    the upper bound: retries wait a random part of it (`jittered`).
     """
 
     default_reason: ClassVar[str] = "Error"
@@ -85,10 +88,16 @@ class Conflict(CapfleetError):
     retry_cap = 10.0
 
 
+def jittered(seconds: float, draw: Callable[[], float] = random.random) -> float:
+    """Between half of `seconds` and all of it ("equal jitter"): objects that failed together (a NetBox
+    outage, a restarted API server) do not all retry in the same second."""
+    return seconds * (0.5 + 0.5 * draw())
+
+
 def to_kopf(error: CapfleetError, retry: int) -> kopf.TemporaryError | kopf.PermanentError:
     """The kopf exception that carries out `error`'s retry policy at attempt number `retry`."""
     delay = error.delay(retry)
     text = f"{error.reason}: {error.message}"
     if delay is None:
         return kopf.PermanentError(text)
-    return kopf.TemporaryError(text, delay=delay)
+    return kopf.TemporaryError(text, delay=jittered(delay))

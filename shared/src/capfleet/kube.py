@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Literal
 
+import aiohttp
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -28,6 +29,8 @@ _MERGE_PATCH = "application/merge-patch+json"
 _APPLY_PATCH = "application/apply-patch+yaml"
 # Unknown or duplicate fields are refused, not silently pruned: a misspelt key is an error, not a no-op.
 _STRICT = {"fieldValidation": "Strict"}
+REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=60, sock_connect=10)
+"""No call waits longer: a list of thousands of objects takes seconds, a hung API server forever."""
 
 
 class KubeError(Exception):
@@ -76,9 +79,12 @@ def _error(exc: ApiException, *, creating: bool = False) -> KubeError:
 class Kube:
     """Typed access to any resource described by a `capfleet.resources.Resource`."""
 
-    def __init__(self, api: client.ApiClient, field_manager: str) -> None:
+    def __init__(
+        self, api: client.ApiClient, field_manager: str, timeout: aiohttp.ClientTimeout = REQUEST_TIMEOUT
+    ) -> None:
         self._api = api
         self.field_manager = field_manager
+        self.timeout = timeout
 
     @classmethod
     @asynccontextmanager
@@ -116,9 +122,14 @@ class Kube:
                 response_types_map=_JSON,
                 auth_settings=["BearerToken"],
                 _return_http_data_only=True,
+                _request_timeout=self.timeout,
             )
         except ApiException as exc:
             raise _error(exc, creating=creating) from exc
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            # An API server that hangs or drops the connection is an answer too: callers handle it as
+            # they handle a 5xx (retry later), instead of waiting on it forever.
+            raise KubeError(0, "Unavailable", f"{method} {path}: {type(exc).__name__} {exc}") from exc
         return dict(result or {})
 
     async def get(self, resource: Resource, name: str, namespace: str | None = None) -> Obj | None:

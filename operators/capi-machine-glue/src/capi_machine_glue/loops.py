@@ -56,7 +56,8 @@ async def run(ctx: Context, key: Key, reconcile: Callable[[], Awaitable[None]], 
                 await reconcile()
             except Exception as exc:  # every failure is retried: the loop must outlive it
                 error, result = as_capfleet_error(exc, key)
-                delay = error.delay(retry) or ctx.settings.resync_seconds
+                backoff = error.delay(retry)
+                delay = errors.jittered(backoff) if backoff is not None else ctx.settings.resync_seconds
                 retry += 1
             else:
                 delay, result, retry = ctx.settings.resync_seconds, "success", 0

@@ -114,16 +114,16 @@ class Lookup:
     def recorder(self) -> events.Recorder:
         return reconciling.from_memo(self.memo, reconciling.EVENTS_KEY, events.Recorder)
 
-    async def claim_user_data(self, served: Served) -> dict[str, Any] | None:
+    async def claim_user_data(self, served: Served) -> tuple[bool, dict[str, Any] | None]:
         """Mark the user-data of the current attempt fetched, once: a patch conditional on the instance's
-        resourceVersion, so of two fetches at once only one gets it. The instance when this fetch is the
-        first, None when the attempt's user-data was already fetched (or the attempt is gone)."""
+        resourceVersion, so of two fetches at once only one gets it. Whether this fetch is the first, and
+        the instance as last read (None when it is gone)."""
         while True:
             body = await self.kube.get(INSTANCES, served.name, served.namespace)
             if body is None or markers.token_of(body["metadata"]) != served.token:
-                return None
+                return False, body
             if markers.annotations_of(body["metadata"]).get(markers.SEED_FETCHED):
-                return None
+                return False, body
             version = body["metadata"]["resourceVersion"]
             patch = {
                 "metadata": {"resourceVersion": version, "annotations": {markers.SEED_FETCHED: markers.now()}}
@@ -132,7 +132,7 @@ class Lookup:
                 await self.kube.patch(INSTANCES, served.name, patch, served.namespace)
             except Conflict:
                 continue  # changed since read: read again
-            return body
+            return True, body
 
     async def mark(self, served: Served, key: str, value: str | None = None) -> None:
         patch = {"metadata": {"annotations": {key: value or markers.now()}}}
@@ -191,33 +191,35 @@ async def seed(request: web.Request) -> web.Response:
             raise web.HTTPNotFound()
         return text(config)
     ref = served.spec.user_data_secret_ref
-    where = f"{served.namespace}/{served.name}"
     try:
         secret = await lookup.kube.get(resources.SECRETS, ref.name, served.namespace)
         value = ((secret or {}).get("data") or {}).get(ref.key)
         if value is None:
             raise web.HTTPServiceUnavailable(text="bootstrap data not ready")
-        first = await lookup.claim_user_data(served)
+        first, instance = await lookup.claim_user_data(served)
     except KubeError as exc:
-        log.warning("cannot serve the user-data of %s: %s", where, exc)
+        log.warning("cannot serve the user-data of %s/%s: %s", served.namespace, served.name, exc)
         raise web.HTTPServiceUnavailable() from exc
-    if first is None:
-        await refuse_second_fetch(lookup, served, request.remote or "an unknown address")
+    if not first:
+        await refuse_second_fetch(lookup, instance, request.remote or "an unknown address")
         raise web.HTTPForbidden(text="the user-data of this attempt was already fetched")
     return web.Response(body=base64.b64decode(value), content_type="text/plain")
 
 
-async def refuse_second_fetch(lookup: Lookup, served: Served, requester: str) -> None:
-    where = f"{served.namespace}/{served.name}"
-    log.warning("refused a second fetch of the user-data of %s from %s", where, requester)
-    body = await lookup.kube.get(INSTANCES, served.name, served.namespace)
-    if body is not None:
-        message = (
-            f"a second fetch of the user-data from {requester} was refused: the seed is served once per "
-            "provisioning attempt; if this server did not fetch it, someone else on the provisioning "
-            "network did"
-        )
-        await lookup.recorder.transition(body, "Warning", "SeedRefetchRefused", message)
+async def refuse_second_fetch(lookup: Lookup, instance: dict[str, Any] | None, requester: str) -> None:
+    """Log and report (a Warning Event on the instance, when it still exists) a refused second fetch."""
+    if instance is None:
+        return
+    meta = instance["metadata"]
+    log.warning(
+        "refused a second fetch of the user-data of %s/%s from %s", meta["namespace"], meta["name"], requester
+    )
+    message = (
+        f"a second fetch of the user-data from {requester} was refused: the seed is served once per "
+        "provisioning attempt; if this server did not fetch it, someone else on the provisioning "
+        "network did"
+    )
+    await lookup.recorder.transition(instance, "Warning", "SeedRefetchRefused", message)
 
 
 async def callback(request: web.Request) -> web.Response:

@@ -14,6 +14,7 @@ import pytest
 from cryptography import x509
 
 from capfleet_e2e.crds import kustomization_labels
+from capfleet_e2e.nodesite import readyz_failure
 from capfleet_e2e.pki import generate_pki
 from capfleet_e2e.processes import Component, ComponentError, wait_for
 
@@ -69,3 +70,18 @@ def test_kustomization_labels_merges_pairs_and_common_labels() -> None:
         ],
     }
     assert kustomization_labels(kustomization) == {"a": "1", "cluster.x-k8s.io/v1beta2": "v1beta2", "b": "2"}
+
+
+def test_readyz_failures_name_the_failed_checks_or_say_nothing_answered() -> None:
+    failed_etcd = (
+        "kubectl get --raw /readyz?verbose failed (1): Error from server (InternalError): "
+        'an error on the server ("[+]ping ok\\n[+]log ok\\n[-]etcd failed: reason withheld\\n'
+        '[+]informer-sync ok\\n[-]etcd-readiness failed: reason withheld\\nreadyz check failed") '
+        "has prevented the request from succeeding"
+    )
+    assert readyz_failure(failed_etcd) == "failed checks: etcd, etcd-readiness"
+    refused = (
+        "kubectl get --raw /readyz?verbose failed (1): The connection to the server 127.0.0.1:41234 was "
+        "refused - did you specify the right host or port?"
+    )
+    assert readyz_failure(refused).startswith("unreachable: The connection to the server 127.0.0.1:41234")

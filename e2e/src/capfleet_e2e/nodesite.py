@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import json
+import re
 import subprocess
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
@@ -190,12 +191,19 @@ class NodeSite:
 
     def api_ready(self) -> bool:
         """Whether the workload API answers /readyz at its endpoint (through the relay to the VIP)."""
+        return self.api_unready_reason() is None
+
+    def api_unready_reason(self) -> str | None:
+        """None while the workload API answers /readyz at its endpoint; else why not, in a few words: the
+        checks /readyz reports failed (an API server that answers, e.g. without etcd quorum), or that
+        nothing answered at the endpoint (no VIP holder, or no API server behind it)."""
         try:
-            return (
-                self.workload("get", "--raw", "/readyz", "--request-timeout=5s", timeout=15).strip() == "ok"
-            )
-        except (HarnessError, subprocess.TimeoutExpired):
-            return False
+            self.workload("get", "--raw", "/readyz?verbose", "--request-timeout=5s", timeout=15)
+        except subprocess.TimeoutExpired:
+            return "no answer in 15 s"
+        except HarnessError as error:
+            return readyz_failure(str(error))
+        return None
 
     async def machines(self) -> list[dict[str, Any]]:
         return await self.kube.list(resources.CAPI_MACHINES, self.namespace)
@@ -230,6 +238,16 @@ class NodeSite:
         return [f"domain {d}" for d in self.lab.domains(self.namespace)] + [
             f"volume {v}" for v in self.lab.volumes(self.namespace)
         ]
+
+
+def readyz_failure(kubectl_error: str) -> str:
+    """The failed checks in kubectl's error for `/readyz?verbose` ("etcd, etcd-readiness"), or the error's
+    last line when the API server did not answer at all (connection refused, timeout)."""
+    failed = re.findall(r"\[-\]([\w.-]+) failed", kubectl_error)
+    if failed:
+        return "failed checks: " + ", ".join(failed)
+    stderr = kubectl_error.split("): ", 1)[-1]  # after Kubectl's "kubectl ... failed (N): "
+    return "unreachable: " + stderr.strip().splitlines()[-1][:160]
 
 
 def node_ready(node: Mapping[str, Any]) -> bool:

@@ -206,12 +206,11 @@ def dry_run_apply(kubectl: Kubectl, rendered: str) -> str:
 
 @pytest.fixture(scope="module")
 def fleet_base(control_plane: Cluster) -> Kubectl:
-    """deploy/base applied for real (the Namespace and kopf's peering CRD the components' objects need)."""
+    """deploy/base applied for real (the Namespace the components' objects need)."""
     kubectl = control_plane.kubectl
     base = (repo_root() / "deploy" / "base").glob("*.yaml")
     for path in sorted(p for p in base if p.name != "kustomization.yaml"):
         kubectl("apply", "--server-side", f"--field-manager={FIELD_MANAGER}", "-f", str(path))
-    kubectl("wait", "--for=condition=Established", "crd/clusterkopfpeerings.kopf.dev", "--timeout=60s")
     return kubectl
 
 

@@ -44,7 +44,6 @@ def fleet_base(control_plane: Cluster) -> Kubectl:
     """deploy/base applied for real: what every per-operator overlay expects to exist already."""
     kubectl = control_plane.kubectl
     apply(kubectl, build(repo_root() / "deploy" / "base"))
-    kubectl("wait", "--for=condition=Established", "crd/clusterkopfpeerings.kopf.dev", "--timeout=60s")
     return kubectl
 
 

@@ -1,8 +1,8 @@
 """deploy/ builds with the real kustomize, and every operator's config/ is a complete, hardened base.
 
 These need no cluster: they check what `kustomize build` renders, the shape issue 8 asks of each base
-(Recreate, one replica, liveness, resources, read-only root filesystem, dropped capabilities, non-root),
-and that each ClusterRoleBinding really binds the operator's own ServiceAccount.
+(two replicas under leader election, liveness, resources, read-only root filesystem, dropped capabilities,
+non-root), and that each ClusterRoleBinding and RoleBinding really binds the operator's own ServiceAccount.
 test_deploy_apply.py sends the same renderings to the control plane.
 """
 
@@ -37,11 +37,12 @@ def test_operator_overlay_is_a_complete_hardened_base(operator: str) -> None:
     kinds = sorted({o["kind"] for o in objects})
     assert kinds == sorted(
         {
-            "ClusterKopfPeering",
             "ClusterRole",
             "ClusterRoleBinding",
             "CustomResourceDefinition",
             "Deployment",
+            "Role",
+            "RoleBinding",
             "Service",
             "ServiceAccount",
         }
@@ -49,13 +50,18 @@ def test_operator_overlay_is_a_complete_hardened_base(operator: str) -> None:
     deployment = only(objects, "Deployment")
     assert deployment["metadata"]["namespace"] == NAMESPACE
     spec = deployment["spec"]
-    assert (spec["replicas"], spec["strategy"]["type"]) == (1, "Recreate")
+    # baremetal-provision: one replica, since its boot Service would also route to a standby.
+    replicas = (1, "Recreate") if operator == "baremetal-provision" else (2, "RollingUpdate")
+    assert (spec["replicas"], spec["strategy"]["type"]) == replicas
     pod = spec["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     (container,) = pod["containers"]
     assert container["name"] == "manager"  # clusterctl looks for it
     assert container["image"] == f"capfleet/{operator}:latest"
     assert "--standalone" not in container.get("args", [])
+    assert "--leader-elect" in container["args"]
+    pod_namespace = {e["name"]: e.get("valueFrom") for e in container["env"]}["POD_NAMESPACE"]
+    assert pod_namespace == {"fieldRef": {"fieldPath": "metadata.namespace"}}
     probe = container["livenessProbe"]["httpGet"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert (probe["path"], ports[probe["port"]]) == ("/healthz", 9440)
@@ -73,7 +79,19 @@ def test_operator_overlay_is_a_complete_hardened_base(operator: str) -> None:
         {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": NAMESPACE}
     ]
     assert binding["roleRef"]["name"] == only(objects, "ClusterRole")["metadata"]["name"]
-    assert only(objects, "ClusterKopfPeering")["metadata"]["name"] == f"capfleet-{operator}"
+    role, role_binding = only(objects, "Role"), only(objects, "RoleBinding")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert role_binding["subjects"] == binding["subjects"]
+    assert role_binding["roleRef"]["name"] == role["metadata"]["name"]
+    named = [r for r in role["rules"] if r.get("resourceNames")]
+    assert named == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": [f"capfleet-{operator}"],
+            "verbs": ["get", "patch"],
+        }
+    ]
     crds = [o for o in objects if o["kind"] == "CustomResourceDefinition"]
     assert crds, "each base carries its own CRDs"
 
@@ -91,7 +109,6 @@ def test_all_in_one_is_the_base_plus_every_operator_once() -> None:
     }
     assert len(images) == len(OPERATORS), "each operator has its own image name"
     crd_names = [o["metadata"]["name"] for o in objects if o["kind"] == "CustomResourceDefinition"]
-    assert "clusterkopfpeerings.kopf.dev" in crd_names
     assert len(crd_names) == len(set(crd_names))
 
 

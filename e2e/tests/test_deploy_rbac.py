@@ -6,7 +6,8 @@ checks prove they grant no more than the design needs:
 - no operator can list or watch Secrets anywhere; only those whose objects reference Secrets by name
   (NetBox connections, BMC credentials, SSH keys, bootstrap data) can `get` one;
 - no operator can write a CRD, or the status of another operator's kinds, and only the glue writes
-  another operator's objects: exactly the intermediate kinds it creates (DESIGN.md §1).
+  another operator's objects: exactly the intermediate kinds it creates (DESIGN.md §1);
+- each operator reads and renews only its own leader-election Lease, in capfleet-system only.
 """
 
 from __future__ import annotations
@@ -18,7 +19,13 @@ import yaml
 
 from capfleet_e2e.controlplane import Cluster
 from capfleet_e2e.kubebin import Kubectl, repo_root
-from capfleet_e2e.serviceaccounts import Access, allowed, apply_operator_rbac, service_account_user
+from capfleet_e2e.serviceaccounts import (
+    NAMESPACE,
+    Access,
+    allowed,
+    apply_operator_rbac,
+    service_account_user,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -101,5 +108,29 @@ def test_secrets_are_read_only_by_name_and_only_where_the_design_needs_it(
 @pytest.mark.parametrize("operator", OPERATORS)
 def test_no_operator_writes_crds_or_another_operators_objects(admin: Kubectl, operator: str) -> None:
     expected = ownership_rules(operator)
+    answers = allowed(admin, list(expected))
+    assert {q: a for q, a in answers.items() if a != expected[q]} == {}
+
+
+def lease_rules(operator: str) -> dict[Access, bool]:
+    user, group = service_account_user(operator), "coordination.k8s.io"
+    expected: dict[Access, bool] = {
+        (user, "create", group, "leases", NAMESPACE): True,
+        (user, "create", group, "leases", "default"): False,
+        (user, "list", group, "leases", NAMESPACE): False,
+        (user, "delete", group, f"leases:capfleet-{operator}", NAMESPACE): False,
+    }
+    for verb in ("get", "patch"):
+        expected[(user, verb, group, f"leases:capfleet-{operator}", NAMESPACE)] = True
+        expected[(user, verb, group, f"leases:capfleet-{operator}", "default")] = False
+        for other in OPERATORS:
+            if other != operator:
+                expected[(user, verb, group, f"leases:capfleet-{other}", NAMESPACE)] = False
+    return expected
+
+
+@pytest.mark.parametrize("operator", OPERATORS)
+def test_each_operator_holds_only_its_own_lease(admin: Kubectl, operator: str) -> None:
+    expected = lease_rules(operator)
     answers = allowed(admin, list(expected))
     assert {q: a for q, a in answers.items() if a != expected[q]} == {}

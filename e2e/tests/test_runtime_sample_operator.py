@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from capfleet import pausing, resources
+from capfleet import leadership, pausing, resources
 from capfleet.kube import Kube
 from capfleet.resources import Resource
 from capfleet_e2e.controlplane import Cluster, ControlPlane
@@ -29,6 +29,8 @@ pytestmark = pytest.mark.integration
 SAMPLES = Resource("sample.capfleet.dev", "v1alpha1", "samples", "Sample")
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection"}
 IDLE_WINDOW_SECONDS = 30
+# What kopf logs when a replica ran the sample's handler.
+HANDLED = "Handler 'reconcile_sample' succeeded"
 
 
 @pytest.fixture
@@ -42,6 +44,16 @@ async def sample_crd(kube: Kube) -> None:
         return any(c["type"] == "Established" and c["status"] == "True" for c in conds)
 
     await eventually("the Sample CRD to be established", established)
+
+
+def sample(message: str) -> dict[str, Any]:
+    """The Sample s1 with `message`."""
+    return {
+        "apiVersion": SAMPLES.api_version,
+        "kind": "Sample",
+        "metadata": {"name": "s1"},
+        "spec": {"message": message},
+    }
 
 
 def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
@@ -83,13 +95,7 @@ async def test_sample_operator_reconciles_pauses_and_stays_idle(
     control_plane: Cluster, kube: Kube, namespace: str, run_operator: RunOperator
 ) -> None:
     operator = run_operator("capfleet_e2e.sample", namespaces=[namespace])
-    body = {
-        "apiVersion": SAMPLES.api_version,
-        "kind": "Sample",
-        "metadata": {"name": "s1"},
-        "spec": {"message": "hi"},
-    }
-    await kube.create(SAMPLES, body, namespace)
+    await kube.create(SAMPLES, sample("hi"), namespace)
 
     reconciled = await wait_reconciled(kube, namespace, generation=1)
     ready = condition(reconciled, "Ready")
@@ -148,3 +154,66 @@ async def test_sample_operator_reconciles_pauses_and_stays_idle(
     assert operator_writes(events) == []
     assert operator.component is not None
     assert operator.component.process.poll() is None, "the operator is still running"
+
+
+@pytest.mark.usefixtures("sample_crd")
+async def test_two_replicas_one_acts_and_the_standby_takes_over_within_the_lease_time(
+    kube: Kube, namespace: str, run_operator: RunOperator
+) -> None:
+    elect = ["--leader-elect", "--leader-election-namespace", namespace]
+    timings = leadership.Timings()
+
+    async def holder() -> str | None:
+        lease = await kube.get(leadership.LEASES, "capfleet-sample", namespace)
+        held: str | None = ((lease or {}).get("spec") or {}).get("holderIdentity")
+        return held
+
+    async def taken_from(previous: str) -> float:
+        """Seconds until a replica other than `previous` holds the Lease."""
+        since = time.monotonic()
+
+        async def other() -> str | None:
+            now = await holder()
+            return now if now not in (None, previous) else None
+
+        await eventually(f"a replica other than {previous} to hold the Lease", other, 60, 0.5)
+        return time.monotonic() - since
+
+    first = run_operator("capfleet_e2e.sample", namespaces=[namespace], extra_args=elect)
+    leader = await eventually("the first replica to hold the Lease", holder)
+    second = run_operator("capfleet_e2e.sample", namespaces=[namespace], extra_args=elect)
+    standby = json.loads(await asyncio.to_thread(read_url, f"http://127.0.0.1:{second.health_port}/healthz"))
+    assert standby == {"operator": "sample", "standby": True}
+
+    await kube.create(SAMPLES, sample("a"), namespace)
+    await wait_reconciled(kube, namespace, generation=1)
+    assert await holder() == leader
+    assert HANDLED in first.log()
+    assert HANDLED not in second.log(), "the standby acted while the leader held the Lease"
+
+    # A crash: the standby waits until it has seen no renewal for a whole Lease duration, no longer.
+    first.kill()
+    took = await taken_from(leader)
+    print(f"\nhand-over after SIGKILL: {took:.1f} s")
+    # The last renewal came at most a retry period before the kill, and the standby saw it at most one
+    # retry period after it was written.
+    assert (
+        timings.duration - timings.retry_period - 1 <= took <= timings.duration + 2 * timings.retry_period + 2
+    )
+    await kube.patch(SAMPLES, "s1", {"spec": {"message": "b"}}, namespace)
+    assert (await wait_reconciled(kube, namespace, generation=2))["status"]["echo"] == "b"
+    assert HANDLED in second.log()
+
+    # A clean stop (a rolling update's SIGTERM) gives the Lease up: the next standby starts at once.
+    third = run_operator("capfleet_e2e.sample", namespaces=[namespace], extra_args=elect)
+    successor = await holder()
+    assert successor is not None
+    assert second.component is not None
+    await asyncio.to_thread(second.component.stop)
+    assert second.component.process.returncode == 0
+    took = await taken_from(successor)
+    print(f"hand-over after SIGTERM: {took:.1f} s")
+    assert took <= 2 * timings.retry_period + 2
+    await kube.patch(SAMPLES, "s1", {"spec": {"message": "c"}}, namespace)
+    assert (await wait_reconciled(kube, namespace, generation=3))["status"]["echo"] == "c"
+    assert HANDLED in third.log()

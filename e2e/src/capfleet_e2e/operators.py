@@ -6,6 +6,7 @@ mid-way, read its `/metrics` and liveness endpoints, and see the same start-up p
 
 from __future__ import annotations
 
+import itertools
 import signal
 import sys
 import urllib.error
@@ -14,6 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from capfleet_e2e.processes import Component, free_port, wait_for
+
+# Numbers each operator process of a test session, so two replicas of one module keep separate logs.
+_processes = itertools.count(1)
 
 
 class OperatorProcess:
@@ -39,10 +43,15 @@ class OperatorProcess:
         self.metrics_port = free_port()
         self.component: Component | None = None
         self.starts = 0
+        self.serial = next(_processes)
 
     @property
     def log_path(self) -> Path:
-        return self.log_dir / f"operator-{self.module}-{self.starts}.log"
+        return self.log_dir / f"{self.name}.log"
+
+    @property
+    def name(self) -> str:
+        return f"operator-{self.module}-{self.serial}-{self.starts}"
 
     def start(self, timeout: float = 60.0) -> OperatorProcess:
         """Start (or restart) the process and wait until its liveness endpoint answers."""
@@ -63,7 +72,7 @@ class OperatorProcess:
         for namespace in self.namespaces:
             argv += ["--namespace", namespace]
         argv += self.extra_args
-        self.component = Component(f"operator-{self.module}-{self.starts}", argv, self.log_dir, env=self.env)
+        self.component = Component(self.name, argv, self.log_dir, env=self.env)
         wait_for(f"{self.module} liveness", self.healthy, timeout, watch=[self.component])
         return self
 

@@ -87,15 +87,19 @@ def forbidden_requests(cluster: Cluster, operator: str) -> list[str]:
     ]
 
 
-Access = tuple[str, str, str, str, str]  # user, verb, group, resource[/subresource], namespace ("" = all)
+# user, verb, group, resource[/subresource][:name] (no name: any object), namespace ("" = all)
+Access = tuple[str, str, str, str, str]
 
 
 def allowed(kubectl: Kubectl, questions: Sequence[Access]) -> dict[Access, bool]:
     """Answer each question with a SubjectAccessReview, all in one kubectl call."""
     reviews = []
     for user, verb, group, resource, namespace in questions:
+        resource, _, name = resource.partition(":")
         plural, _, subresource = resource.partition("/")
         attributes = {"verb": verb, "group": group, "resource": plural, "subresource": subresource}
+        if name:
+            attributes["name"] = name
         if namespace:
             attributes["namespace"] = namespace
         reviews.append(

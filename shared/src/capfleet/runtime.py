@@ -12,18 +12,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import logging
 import os
+import signal
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 import kopf
+from aiohttp import web
 
-from capfleet import errors, events, metrics, reconciling
+from capfleet import errors, events, leadership, metrics, reconciling
 from capfleet.kube import Kube
 
 P = ParamSpec("P")
@@ -31,6 +35,7 @@ R = TypeVar("R")
 SettingsT = TypeVar("SettingsT", bound=reconciling.Settings)
 
 VERSION = "0.1.0"
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
 @dataclass(frozen=True)
@@ -67,10 +72,17 @@ class Options:
     verbose: bool = False
     standalone: bool = False
     kubeconfig: str | None = None
+    leader_elect: bool = False
+    leader_election_namespace: str | None = None
 
     @property
     def clusterwide(self) -> bool:
         return not self.namespaces
+
+    @property
+    def peering(self) -> bool:
+        """Whether kopf's own peering is used: not under leader election, where only the holder runs."""
+        return not (self.standalone or self.leader_elect)
 
 
 def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> Options:
@@ -111,6 +123,17 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> Options:
         help="do not coordinate with other instances through a kopf peering object",
     )
     parser.add_argument("--kubeconfig", default=environ.get("KUBECONFIG") or None)
+    parser.add_argument(
+        "--leader-elect",
+        action="store_true",
+        default=environ.get("CAPFLEET_LEADER_ELECT", "") in {"1", "true"},
+        help="act only while holding the Lease capfleet-<operator>; other replicas stand by",
+    )
+    parser.add_argument(
+        "--leader-election-namespace",
+        default=environ.get("CAPFLEET_LEADER_ELECTION_NAMESPACE") or environ.get("POD_NAMESPACE") or None,
+        help="namespace of the Lease; the pod's own when omitted",
+    )
     args = parser.parse_args(list(argv))
     return Options(
         namespaces=tuple(args.namespaces or env_namespaces),
@@ -120,6 +143,8 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> Options:
         verbose=args.verbose,
         standalone=args.standalone,
         kubeconfig=args.kubeconfig,
+        leader_elect=args.leader_elect,
+        leader_election_namespace=args.leader_election_namespace,
     )
 
 
@@ -137,7 +162,7 @@ def configure(settings: kopf.OperatorSettings, identity: Identity, options: Opti
     )
     settings.peering.name = identity.peering_name
     settings.peering.mandatory = False
-    settings.peering.standalone = options.standalone
+    settings.peering.standalone = not options.peering
     settings.peering.clusterwide = options.clusterwide
     # Events come from capfleet.events on transitions; kopf would post one per retry.
     settings.posting.enabled = False
@@ -249,14 +274,84 @@ def run(
     metrics.OPERATOR_INFO.info({"operator": identity.name, "version": VERSION})
     metrics.serve(*split_address(options.metrics_address))
     health_host, health_port = split_address(options.health_address)
-    asyncio.run(
-        kopf.operator(
+
+    async def operate(stop_flag: asyncio.Event | None = None) -> None:
+        await kopf.operator(
             registry=registry,
             clusterwide=options.clusterwide,
             namespaces=options.namespaces,
-            standalone=options.standalone,
+            standalone=not options.peering,
             peering_name=identity.peering_name,
             liveness_endpoint=f"http://{health_host}:{health_port}/healthz",
             memo=memo,
+            stop_flag=stop_flag,
         )
-    )
+
+    asyncio.run(_lead_then(operate, identity, options) if options.leader_elect else operate())
+
+
+async def _lead_then(
+    operate: Callable[[asyncio.Event], Coroutine[Any, Any, None]], identity: Identity, options: Options
+) -> None:
+    """Run `operate` only while this replica holds the operator's Lease; stand by until then.
+
+    Losing the Lease ends the process at once (exit 1), before another replica may take it over: kopf's
+    handlers in flight are not waited for, as controller-runtime does not wait for reconciles. SIGTERM
+    ends a standby at once, and a leader once kopf has stopped, after it gave the Lease up.
+    """
+    namespace = options.leader_election_namespace or _pod_namespace()
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):  # kopf installs its own once it runs
+        loop.add_signal_handler(signum, stopping.set)
+    async with Kube.connect(f"{identity.field_manager}-leader-election", options.kubeconfig) as kube:
+        elector = leadership.LeaderElector(kube, namespace, identity.peering_name)
+        async with _standby_health(identity, options.health_address):
+            acquiring = asyncio.create_task(elector.acquire())
+            signalled = asyncio.create_task(stopping.wait())
+            await asyncio.wait({acquiring, signalled}, return_when=asyncio.FIRST_COMPLETED)
+            for task in (acquiring, signalled):
+                task.cancel()
+            if not acquiring.done() or acquiring.cancelled():
+                return
+        holding = asyncio.create_task(elector.hold())
+        operator = asyncio.create_task(operate(stopping))
+        await asyncio.wait({operator, holding}, return_when=asyncio.FIRST_COMPLETED)
+        if holding.done():
+            lost = holding.exception() if not holding.cancelled() else None
+            logging.getLogger("capfleet").error("leader election lost: %s; exiting", lost)
+            logging.shutdown()
+            os._exit(1)
+        holding.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await holding
+        await elector.release()
+        operator.result()
+
+
+def _pod_namespace() -> str:
+    try:
+        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
+    except OSError:
+        raise SystemExit(
+            "--leader-elect needs --leader-election-namespace (or POD_NAMESPACE) outside a pod"
+        ) from None
+
+
+@asynccontextmanager
+async def _standby_health(identity: Identity, address: str) -> AsyncIterator[None]:
+    """A standby's liveness endpoint, on the address kopf's takes once this replica leads."""
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.json_response({"operator": identity.name, "standby": True})
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    host, port = split_address(address)
+    await web.TCPSite(runner, host, port).start()
+    try:
+        yield
+    finally:
+        await runner.cleanup()

@@ -65,6 +65,13 @@ def test_operator_overlay_is_a_complete_hardened_base(operator: str) -> None:
     probe = container["livenessProbe"]["httpGet"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert (probe["path"], ports[probe["port"]]) == ("/healthz", 9440)
+    # Metrics only over HTTPS with token review; the plain endpoint keeps its loopback default.
+    assert "--metrics-secure-address=0.0.0.0:8443" in container["args"]
+    assert not any(a.startswith("--metrics-address") for a in container["args"])
+    assert ports["metrics"] == 8443
+    assert only([o for o in objects if o["metadata"]["name"].endswith("-metrics")], "Service")["spec"][
+        "ports"
+    ] == [{"name": "metrics", "port": 8443, "targetPort": "metrics"}]
     assert container["resources"]["requests"]
     assert container["resources"]["limits"]["memory"]
     security = container["securityContext"]
@@ -110,6 +117,8 @@ def test_all_in_one_is_the_base_plus_every_operator_once() -> None:
     assert len(images) == len(OPERATORS), "each operator has its own image name"
     crd_names = [o["metadata"]["name"] for o in objects if o["kind"] == "CustomResourceDefinition"]
     assert len(crd_names) == len(set(crd_names))
+    reader = only([o for o in objects if o["metadata"]["name"] == "capfleet-metrics-reader"], "ClusterRole")
+    assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
 
 
 def test_components_add_netbox_secret_verbose_logging_and_service_monitors(tmp_path: Path) -> None:
@@ -131,7 +140,9 @@ def test_components_add_netbox_secret_verbose_logging_and_service_monitors(tmp_p
     services = {o["metadata"]["labels"]["app.kubernetes.io/name"] for o in objects if o["kind"] == "Service"}
     for monitor in monitors.values():
         assert monitor["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"] in services
-        assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+        endpoint = monitor["spec"]["endpoints"][0]
+        assert (endpoint["port"], endpoint["scheme"]) == ("metrics", "https")
+        assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
 
 def test_clusterctl_metadata_declares_the_v1beta2_contract_for_this_release() -> None:

@@ -7,7 +7,9 @@ checks prove they grant no more than the design needs:
   (NetBox connections, BMC credentials, SSH keys, bootstrap data) can `get` one;
 - no operator can write a CRD, or the status of another operator's kinds, and only the glue writes
   another operator's objects: exactly the intermediate kinds it creates (DESIGN.md §1);
-- each operator reads and renews only its own leader-election Lease, in capfleet-system only.
+- each operator reads and renews only its own leader-election Lease, in capfleet-system only;
+- each may create TokenReviews and SubjectAccessReviews (its secure /metrics endpoint asks who a
+  scraper is and whether it may read metrics).
 """
 
 from __future__ import annotations
@@ -120,6 +122,8 @@ def lease_rules(operator: str) -> dict[Access, bool]:
         (user, "list", group, "leases", NAMESPACE): False,
         (user, "delete", group, f"leases:capfleet-{operator}", NAMESPACE): False,
     }
+    expected[(user, "create", "authentication.k8s.io", "tokenreviews", "")] = True
+    expected[(user, "create", "authorization.k8s.io", "subjectaccessreviews", "")] = True
     for verb in ("get", "patch"):
         expected[(user, verb, group, f"leases:capfleet-{operator}", NAMESPACE)] = True
         expected[(user, verb, group, f"leases:capfleet-{operator}", "default")] = False
@@ -130,7 +134,9 @@ def lease_rules(operator: str) -> dict[Access, bool]:
 
 
 @pytest.mark.parametrize("operator", OPERATORS)
-def test_each_operator_holds_only_its_own_lease(admin: Kubectl, operator: str) -> None:
+def test_each_operator_holds_only_its_own_lease_and_may_review_scrapers(
+    admin: Kubectl, operator: str
+) -> None:
     expected = lease_rules(operator)
     answers = allowed(admin, list(expected))
     assert {q: a for q, a in answers.items() if a != expected[q]} == {}

@@ -2,25 +2,31 @@
 
 The sample operator (`capfleet_e2e.sample`) reconciles a test CRD on the real control plane: it must write
 Ready with a reason and the observed generation, honour the CAPI paused annotation, serve `/metrics` with
-the shared families and `/healthz`, and make no API writes while idle.
+the shared families and `/healthz`, and make no API writes while idle; two replicas under leader election
+hand over on a crash and on a clean stop; the secure `/metrics` answers only the callers RBAC allows.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import time
+import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from capfleet import leadership, pausing, resources
+from capfleet import leadership, pausing, resources, securemetrics
 from capfleet.kube import Kube
 from capfleet.resources import Resource
 from capfleet_e2e.controlplane import Cluster, ControlPlane
 from capfleet_e2e.fixtures import RunOperator
+from capfleet_e2e.kubebin import repo_root
+from capfleet_e2e.processes import free_port
 from capfleet_e2e.sample import CRD_PATH
 from capfleet_e2e.waiting import eventually
 
@@ -217,3 +223,49 @@ async def test_two_replicas_one_acts_and_the_standby_takes_over_within_the_lease
     await kube.patch(SAMPLES, "s1", {"spec": {"message": "c"}}, namespace)
     assert (await wait_reconciled(kube, namespace, generation=3))["status"]["echo"] == "c"
     assert HANDLED in third.log()
+
+
+@pytest.mark.usefixtures("sample_crd")
+async def test_secure_metrics_answer_only_the_callers_rbac_allows(
+    control_plane: Cluster, namespace: str, run_operator: RunOperator, tmp_path: Path
+) -> None:
+    cert, key = securemetrics.self_signed(["127.0.0.1"])
+    (tmp_path / "tls.crt").write_bytes(cert)
+    (tmp_path / "tls.key").write_bytes(key)
+    port = free_port()
+    secure = ["--metrics-secure-address", f"127.0.0.1:{port}", "--metrics-cert-dir", str(tmp_path)]
+    run_operator("capfleet_e2e.sample", namespaces=[namespace], extra_args=secure)
+
+    kubectl = control_plane.kubectl
+    reader = repo_root() / "deploy" / "base" / "metrics-reader.yaml"
+    kubectl("apply", "--server-side", "--field-manager=capfleet-tests", "-f", str(reader))
+    for account in ("scraper", "stranger"):
+        kubectl("create", "serviceaccount", account, "-n", namespace)
+    binding = f"{namespace}-scraper"
+    kubectl(
+        "create", "clusterrolebinding", binding, "--clusterrole=capfleet-metrics-reader",
+        f"--serviceaccount={namespace}:scraper",
+    )  # fmt: skip
+    try:
+        scraper, stranger = (
+            kubectl("create", "token", a, "-n", namespace).strip() for a in ("scraper", "stranger")
+        )
+        tls = ssl.create_default_context(cafile=str(tmp_path / "tls.crt"))  # the endpoint's TLS is verified
+
+        def scrape(token: str | None) -> tuple[int, str]:
+            headers = {"Authorization": f"Bearer {token}"} if token else {}
+            request = urllib.request.Request(f"https://127.0.0.1:{port}/metrics", headers=headers)
+            try:
+                with urllib.request.urlopen(request, timeout=10, context=tls) as response:
+                    return response.status, response.read().decode()
+            except urllib.error.HTTPError as error:
+                return error.code, ""
+
+        assert (await asyncio.to_thread(scrape, None))[0] == 401
+        assert (await asyncio.to_thread(scrape, "not-a-token"))[0] == 401
+        assert (await asyncio.to_thread(scrape, stranger))[0] == 403
+        status, exposition = await asyncio.to_thread(scrape, scraper)
+        assert status == 200
+        assert 'capfleet_operator_info{operator="sample"' in exposition
+    finally:
+        kubectl("delete", "clusterrolebinding", binding)

@@ -17,6 +17,7 @@ import functools
 import logging
 import os
 import signal
+import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -27,7 +28,7 @@ from typing import Any, ParamSpec, TypeVar
 import kopf
 from aiohttp import web
 
-from capfleet import errors, events, leadership, metrics, reconciling
+from capfleet import errors, events, leadership, metrics, reconciling, securemetrics
 from capfleet.kube import Kube
 
 P = ParamSpec("P")
@@ -67,7 +68,9 @@ class Options:
 
     namespaces: tuple[str, ...] = ()
     health_address: str = "0.0.0.0:9440"
-    metrics_address: str = "0.0.0.0:8080"
+    metrics_address: str = "127.0.0.1:8080"
+    metrics_secure_address: str = ""
+    metrics_cert_dir: str | None = None
     log_format: str = "plain"
     verbose: bool = False
     standalone: bool = False
@@ -98,15 +101,32 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> Options:
         default=None,
         help="watch only this namespace (repeatable); all namespaces when omitted",
     )
-    parser.add_argument(
-        "--health-address",
-        default=environ.get("CAPFLEET_HEALTH_ADDRESS", defaults.health_address),
-        help="host:port of the liveness endpoint (/healthz)",
+    addresses = (
+        (
+            "--health-address",
+            "CAPFLEET_HEALTH_ADDRESS",
+            defaults.health_address,
+            "the liveness endpoint (/healthz)",
+        ),
+        (
+            "--metrics-address",
+            "CAPFLEET_METRICS_ADDRESS",
+            defaults.metrics_address,
+            "plain /metrics; keep it on loopback",
+        ),
+        (
+            "--metrics-secure-address",
+            "CAPFLEET_METRICS_SECURE_ADDRESS",
+            defaults.metrics_secure_address,
+            "/metrics over HTTPS for the callers RBAC allows; off when empty",
+        ),
     )
+    for flag, variable, default, what in addresses:
+        parser.add_argument(flag, default=environ.get(variable, default), help=f"host:port of {what}")
     parser.add_argument(
-        "--metrics-address",
-        default=environ.get("CAPFLEET_METRICS_ADDRESS", defaults.metrics_address),
-        help="host:port of the Prometheus endpoint (/metrics)",
+        "--metrics-cert-dir",
+        default=environ.get("CAPFLEET_METRICS_CERT_DIR") or None,
+        help="directory with tls.crt and tls.key for the secure endpoint; a self-signed pair when omitted",
     )
     parser.add_argument(
         "--log-format",
@@ -139,6 +159,8 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> Options:
         namespaces=tuple(args.namespaces or env_namespaces),
         health_address=args.health_address,
         metrics_address=args.metrics_address,
+        metrics_secure_address=args.metrics_secure_address,
+        metrics_cert_dir=args.metrics_cert_dir,
         log_format=args.log_format,
         verbose=args.verbose,
         standalone=args.standalone,
@@ -287,7 +309,28 @@ def run(
             stop_flag=stop_flag,
         )
 
-    asyncio.run(_lead_then(operate, identity, options) if options.leader_elect else operate())
+    async def main() -> None:
+        async with _secure_metrics(identity, options):
+            await (_lead_then(operate, identity, options) if options.leader_elect else operate())
+
+    asyncio.run(main())
+
+
+@asynccontextmanager
+async def _secure_metrics(identity: Identity, options: Options) -> AsyncIterator[None]:
+    """The HTTPS /metrics endpoint, when asked for; on standbys too, so every replica can be scraped."""
+    if not options.metrics_secure_address:
+        yield
+        return
+    host, port = split_address(options.metrics_secure_address)
+    tls = securemetrics.tls_context(
+        options.metrics_cert_dir, [socket.gethostname(), "localhost", "127.0.0.1"]
+    )
+    async with (
+        Kube.connect(f"{identity.field_manager}-metrics", options.kubeconfig) as kube,
+        securemetrics.serve(kube, host, port, tls),
+    ):
+        yield
 
 
 async def _lead_then(

@@ -55,8 +55,10 @@ class FakeKube:
 
     async def patch(
         self, resource: Resource, name: str, patch: dict[str, Any], namespace: str | None = None
-    ) -> None:
+    ) -> dict[str, Any] | None:
+        """Recorded, not applied; None (as the API server's 404) for an object the fake does not hold."""
         self.patches.append((resource.kind, name, patch))
+        return copy.deepcopy(self.objects.get((resource.kind, name)))
 
     async def patch_status(
         self, resource: Resource, name: str, status: dict[str, Any], namespace: str | None = None
@@ -159,6 +161,19 @@ def context(
     return Context(fake, events.Recorder(fake), lookups, Allocator(), clients)
 
 
+def netbox_secret() -> dict[str, Any]:
+    """The NetboxIPPool's connection Secret."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "netbox", "resourceVersion": "1"},
+        "data": {
+            "url": base64.b64encode(b"http://netbox").decode(),
+            "token": base64.b64encode(b"t").decode(),
+        },
+    }
+
+
 def conditions(status: Mapping[str, Any]) -> dict[str, tuple[str, str, str]]:
     return {c["type"]: (c["status"], c["reason"], c["message"]) for c in status["conditions"]}
 
@@ -246,21 +261,19 @@ async def test_other_failures_are_allocation_failed_with_the_errors_reason_in_th
 
 
 async def test_a_netbox_claim_gets_netbox_s_address_and_prefix() -> None:
-    secret = {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": "netbox", "resourceVersion": "1"},
-        "data": {
-            "url": base64.b64encode(b"http://netbox").decode(),
-            "token": base64.b64encode(b"t").decode(),
-        },
-    }
-    kube = FakeKube(secret)
+    body = claim_body("nb", "NetboxIPPool")
+    kube = FakeKube(netbox_secret(), body)
     netbox = FakeNetbox(free=["10.61.1.9/28"])
     ctx = context(
         kube, netbox_pool(tenant="t1", tags=["lab"], dnsNameTemplate="{name}.{cluster}"), netbox=netbox
     )
-    await serving.serve_claim(ctx, claim_of(claim_body("nb", "NetboxIPPool")))
+    await serving.serve_claim(ctx, claim_of(body))
+    # Marked before NetBox was written to, so a deletion knows NetBox may hold an address for it.
+    assert kube.patches[0] == (
+        "IPAddressClaim",
+        "c1",
+        {"metadata": {"annotations": {claims.NETBOX_MARK: "started"}}},
+    )
     spec = kube.objects[("IPAddress", "c1")]["spec"]
     assert (spec["address"], spec["prefix"], spec["poolRef"]["kind"]) == ("10.61.1.9", 28, "NetboxIPPool")
     [fields] = netbox.fields
@@ -322,6 +335,24 @@ async def test_a_claim_that_moves_leaves_netbox_alone_and_lets_its_address_go() 
         ("IPAddress", "c1", {"metadata": {"finalizers": ["other"], "resourceVersion": "5"}})
     ]
     assert kube.deleted == [("IPAddress", "c1")]
+
+
+@pytest.mark.parametrize("marked", [False, True])
+async def test_netbox_is_asked_to_release_only_what_a_claim_may_have_written_there(marked: bool) -> None:
+    netbox = FakeNetbox(owned=NetboxAddress(4, "10.0.0.4/24"))
+    ctx = context(FakeKube(netbox_secret()), netbox_pool(), netbox=netbox)
+    annotations = {claims.NETBOX_MARK: "started"} if marked else {}
+    await serving.release_claim(ctx, claim_of(claim_body("nb", "NetboxIPPool", annotations=annotations)))
+    assert netbox.released == ([4] if marked else [])
+    # A claim served before the mark existed has its address: NetBox is asked too.
+    bound = context(
+        FakeKube(netbox_secret()),
+        netbox_pool(),
+        bound={(NAMESPACE, "c1"): ("10.0.0.4", False)},
+        netbox=netbox,
+    )
+    await serving.release_claim(bound, claim_of(claim_body("nb", "NetboxIPPool")))
+    assert netbox.released[-1] == 4
 
 
 def test_only_claims_and_addresses_of_our_pools_are_ours() -> None:

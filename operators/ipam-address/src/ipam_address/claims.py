@@ -21,12 +21,16 @@ from ipam_address.contexts import Context
 from ipam_address.pools import GROUP, IN_CLUSTER, PoolInfo, PoolKey, key_of_ref, space_of
 
 PROTECT_FINALIZER = "ipam.cluster.x-k8s.io/ProtectAddress"
+# Set on a claim before its first NetBox write: a claim without it (and without an address) never made
+# anything in NetBox, so its deletion need not reach NetBox (whose token may be wrong, or which may be gone).
+NETBOX_MARK = "ipam-address.capfleet.dev/netbox-allocation"
 
 POOL_NOT_READY = "PoolNotReady"
 POOL_EXHAUSTED = "PoolExhausted"
 ALLOCATION_FAILED = "AllocationFailed"
 
 IP_ADDRESSES = resources.IP_ADDRESSES
+CLAIMS = resources.IP_ADDRESS_CLAIMS
 
 
 @dataclass(frozen=True)
@@ -143,6 +147,10 @@ async def allocate_in_netbox(ctx: Context, claim: Claim, pool: PoolInfo) -> str 
             f"{pool.key.describe()} is not ready: {pool.message}", reason=POOL_NOT_READY
         )
     addressing = await ctx.netbox_clients.for_pool(ctx.kube, pool)
+    if NETBOX_MARK not in (claim.meta.get("annotations") or {}):
+        patch = {"metadata": {"annotations": {NETBOX_MARK: "started"}}}
+        if await ctx.kube.patch(CLAIMS, claim.name, patch, claim.namespace) is None:
+            raise errors.Waiting("the claim was deleted")
     allocated = await netbox_pools.allocate(addressing, claim.model, pool, claim.cluster_name)
     if allocated is None:
         return None
@@ -174,11 +182,21 @@ def failure_reason(error: errors.CapfleetError) -> str:
 
 
 async def release(ctx: Context, claim: Claim) -> None:
-    """Release the claim's address in NetBox (unless moving), then let its IPAddress go."""
+    """Release the claim's address in NetBox (unless moving, or nothing was ever written there), then let
+    its IPAddress go."""
     pool = ctx.lookups.pool(claim.pool)
-    if pool is not None and claim.pool.kind != IN_CLUSTER and not pausing.moving(claim.meta):
+    in_netbox = claim.pool.kind != IN_CLUSTER and not pausing.moving(claim.meta)
+    address = ctx.lookups.address_of_claim(claim.namespace, claim.name)
+    if pool is not None and in_netbox and may_hold_netbox_address(claim, address):
         await netbox_pools.release(await ctx.netbox_clients.for_pool(ctx.kube, pool), claim.model, pool)
     await let_address_go(ctx.kube, claim)
+
+
+def may_hold_netbox_address(claim: Claim, address: tuple[str, bool] | None) -> bool:
+    """Whether NetBox may hold an address for the claim: a write was started (the mark), or the claim has
+    an address (claims served before the mark existed)."""
+    marked = NETBOX_MARK in (claim.meta.get("annotations") or {})
+    return marked or address is not None or claim.model.status.address_ref is not None
 
 
 async def let_address_go(kube: Kube, claim: Claim) -> None:

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import io
 import xml.etree.ElementTree as ET
+from typing import Any
 
 import pycdlib
 import yaml
 
 from capfleet import cloudinit
 from capfleet.api.libvirt import VMInterface
-from libvirt_vm import domains, names, seeding
+from libvirt_vm import domains, names, seeding, vms
 
 
 def test_names_are_deterministic_unambiguous_and_bounded() -> None:
@@ -93,3 +94,14 @@ def test_cidata_iso_holds_the_files_under_their_names() -> None:
             assert out.getvalue() == data
     finally:
         iso.close()
+
+
+def test_only_a_vm_that_may_have_left_something_on_its_host_needs_the_host_to_be_deleted() -> None:
+    def vm(annotations: dict[str, str], *done: str) -> dict[str, Any]:
+        conditions = [{"type": t, "status": "True"} for t in done] + [{"type": "Running", "status": "False"}]
+        return {"metadata": {"annotations": annotations}, "status": {"conditions": conditions}}
+
+    assert not vms.left_something(vm({}))
+    assert not vms.left_something(vm({}, "Scheduled"))  # placed, nothing written there yet
+    assert vms.left_something(vm({vms.TOUCHED: "true"}))
+    assert vms.left_something(vm({}, "Scheduled", "DisksReady"))  # a VM from before the mark

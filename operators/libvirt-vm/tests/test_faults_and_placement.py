@@ -186,3 +186,64 @@ async def test_libvirtd_restarted_mid_create_converges_without_duplicates(
         await delete_all(kube, namespace, [name])
         remove_base_image(hv)
     assert leftovers(hv, namespace) == ([], [])
+
+
+async def test_deletion_without_its_hypervisor_says_why_and_detached_lets_it_go(
+    kube: Kube,
+    namespace: str,
+    run_operator: RunOperator,
+    hypervisors: list[Hypervisor],
+    test_image: TestImage,
+) -> None:
+    hv = hypervisors[0]
+    ensure_base_image(hv, test_image)
+    run_operator("libvirt_vm", env=OPERATOR_ENV)
+    name = await create_hypervisor(kube, namespace, hv)
+    try:
+        await wait_condition(kube, HYPERVISORS, name, None, "Reachable", "True", 30)
+        # Never placed anywhere reachable (its Hypervisor's SSH key Secret is missing): nothing to undo.
+        await create_vm(kube, namespace, "nowhere", NO_CALLBACK, hypervisorName="no-such-hypervisor")
+        await wait_condition(kube, VMS, "nowhere", namespace, "Scheduled", "False", 30)
+        await kube.delete(VMS, "nowhere", namespace)
+        await eventually("the untouched VM to be deleted", lambda: gone(kube, "nowhere", namespace), 30)
+
+        await create_vm(kube, namespace, "vm1", NO_CALLBACK, powerState="Off")
+        await wait_condition(kube, VMS, "vm1", namespace, "Ready", "True", 90)
+        hv.sshd.stop()  # the host is gone, as far as capfleet can tell
+        try:
+            await kube.delete(VMS, "vm1", namespace)
+            failed = await wait_condition(kube, VMS, "vm1", namespace, "Ready", "False", 60)
+            ready = condition(failed, "Ready") or {}
+            assert ready.get("reason") == "DeletionFailed"
+            assert "libvirt.capfleet.dev/detached=true" in ready.get("message", "")
+            detach = {"metadata": {"annotations": {"libvirt.capfleet.dev/detached": "true"}}}
+            await kube.patch(VMS, "vm1", detach, namespace)
+            await eventually("the detached VM to be deleted", lambda: gone(kube, "vm1", namespace), 30)
+        finally:
+            hv.sshd.start()
+        assert leftovers(hv, namespace)[0] == [f"{namespace}_vm1"], "detached: the host was left alone"
+        remove_domains(hv, namespace)
+    finally:
+        await delete_all(kube, namespace, [name])
+        remove_base_image(hv)
+    assert leftovers(hv, namespace) == ([], [])
+
+
+async def gone(kube: Kube, name: str, namespace: str) -> bool:
+    return await kube.get(VMS, name, namespace) is None
+
+
+def remove_domains(hv: Hypervisor, namespace: str) -> None:
+    """What a person does once a detached VM's host is back: remove its domain and volumes by hand."""
+    conn = hv.connect()
+    try:
+        for domain in conn.listAllDomains(0):
+            if domain.name().startswith(f"{namespace}_"):
+                domain.undefine()
+        pool = conn.storagePoolLookupByName(hv.pool_name)
+        pool.refresh(0)
+        for volume in pool.listAllVolumes(0):
+            if volume.name().startswith(f"{namespace}_"):
+                volume.delete(0)
+    finally:
+        conn.close()

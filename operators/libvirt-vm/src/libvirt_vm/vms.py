@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from capfleet import cloudinit, errors, pausing, reconciling
+from capfleet import cloudinit, conditions, errors, pausing, reconciling
 from capfleet.api import kinds
 from capfleet.api.libvirt import Hypervisor, LibvirtVM
 from capfleet.conditions import Update
@@ -26,6 +26,13 @@ from libvirt_vm.contexts import HYPERVISORS, VMS, Context, secret_value, ssh_tar
 
 SCHEDULED, DISKS, SEED, DEFINED, RUNNING = "Scheduled", "DisksReady", "SeedReady", "Defined", "Running"
 STEPS = [SCHEDULED, DISKS, SEED, DEFINED, RUNNING]
+TOUCHED = "libvirt.capfleet.dev/hypervisor-touched"
+"""Written before the first write to the VM's hypervisor: a VM without it (nor a step that succeeded there,
+for VMs made before the mark) left nothing on any host, so its deletion needs no hypervisor."""
+DETACHED = "libvirt.capfleet.dev/detached"
+"""Set by a person, as Metal3's `detached`: deletion leaves the hypervisor alone (the way out for a host
+that is gone for good; whatever the VM had there stays there)."""
+DELETION_FAILED = "DeletionFailed"
 T = TypeVar("T")
 
 
@@ -161,6 +168,7 @@ async def schedule(ctx: Context, run: reconciling.Recorder, vm: LibvirtVM, owner
 
 async def make_disks(run: reconciling.Recorder, placed: Placed, vm: LibvirtVM) -> list[str]:
     """DisksReady: one volume per disk in the hypervisor's pool; their paths."""
+    await mark_touched(placed.ctx, run.body)
     paths: list[str] = []
     message = f"{len(vm.spec.disks)} disk volume(s) in pool {placed.pool_name}"
     for disk in vm.spec.disks:
@@ -226,17 +234,48 @@ async def _placed(ctx: Context, vm: LibvirtVM, owner: domains.Owner) -> str:
     return vm.spec.hypervisor_name or await place(ctx, vm, owner)
 
 
-async def delete(ctx: Context, body: Mapping[str, Any]) -> None:
-    """Destroy the domain and remove its volumes; nothing for a VM being moved or never placed."""
+async def mark_touched(ctx: Context, body: Mapping[str, Any]) -> None:
+    """Record, before the first write to the hypervisor, that the VM's deletion will have work there."""
     meta = body["metadata"]
-    if pausing.moving(meta):
+    if TOUCHED not in (meta.get("annotations") or {}):
+        patch = {"metadata": {"annotations": {TOUCHED: "true"}}}
+        if await ctx.kube.patch(VMS, meta["name"], patch, meta["namespace"]) is None:
+            raise errors.Waiting("the LibvirtVM was deleted")
+
+
+def left_something(body: Mapping[str, Any]) -> bool:
+    """Whether the VM may have left anything on its hypervisor: the mark, or (VMs made before it) a step
+    that succeeded there."""
+    if TOUCHED in (body["metadata"].get("annotations") or {}):
+        return True
+    done = {
+        c.get("type") for c in (body.get("status") or {}).get("conditions") or [] if c.get("status") == "True"
+    }
+    return bool(done & {DISKS, SEED, DEFINED, RUNNING})
+
+
+async def delete(ctx: Context, body: Mapping[str, Any]) -> None:
+    """Destroy the domain and remove its volumes; nothing for a VM being moved, detached, never placed or
+    that left nothing on its hypervisor. A failure is written as Ready=False DeletionFailed, naming the
+    way out."""
+    meta = body["metadata"]
+    if pausing.moving(meta) or DETACHED in (meta.get("annotations") or {}) or not left_something(body):
         return
     vm = kinds.LIBVIRT_VM.parse(body)
     if vm.spec.hypervisor_name is None:
         return
     owner = domains.Owner(meta["namespace"], meta["name"])
-    async with ctx.vm_lock(owner.namespace, owner.name):
-        placed = await reach(ctx, owner, vm.spec.hypervisor_name)
-        prefix = names.volume_prefix(placed.domain)
-        await placed.run(lambda c: hosts.remove(c, placed.domain, placed.pool_name, prefix))
+    try:
+        async with ctx.vm_lock(owner.namespace, owner.name):
+            placed = await reach(ctx, owner, vm.spec.hypervisor_name)
+            prefix = names.volume_prefix(placed.domain)
+            await placed.run(lambda c: hosts.remove(c, placed.domain, placed.pool_name, prefix))
+    except errors.CapfleetError as exc:
+        message = (
+            f"cannot remove the domain from Hypervisor {vm.spec.hypervisor_name}: {exc.message}; if that "
+            f"host is gone for good, annotate the LibvirtVM {DETACHED}=true to delete it without the host"
+        )
+        failed = Update.false(conditions.READY, DELETION_FAILED, message)
+        await ctx.write_status(VMS, body, {}, [failed], None)
+        raise
     ctx.vm_locks.pop(f"{owner.namespace}/{owner.name}", None)

@@ -14,7 +14,7 @@ import yaml
 
 from capfleet import cloudinit
 from capfleet.api.libvirt import VMInterface
-from libvirt_vm import domains, names, seeding, vms
+from libvirt_vm import domains, hypervisors, names, seeding, vms
 
 
 def test_names_are_deterministic_unambiguous_and_bounded() -> None:
@@ -105,3 +105,26 @@ def test_only_a_vm_that_may_have_left_something_on_its_host_needs_the_host_to_be
     assert not vms.left_something(vm({}, "Scheduled"))  # placed, nothing written there yet
     assert vms.left_something(vm({vms.TOUCHED: "true"}))
     assert vms.left_something(vm({}, "Scheduled", "DisksReady"))  # a VM from before the mark
+
+
+def test_a_hypervisor_is_in_use_by_the_vms_placed_on_it() -> None:
+    def vm(namespace: str, name: str, hypervisor: str | None) -> dict[str, Any]:
+        spec: dict[str, Any] = {
+            "vcpus": 1,
+            "memoryMiB": 64,
+            "disks": [{"name": "root", "sizeGiB": 1}],
+            "cloudInit": {"userDataSecretRef": {"name": "bootstrap"}},
+        }
+        if hypervisor:
+            spec["hypervisorName"] = hypervisor
+        meta = {"namespace": namespace, "name": name}
+        return {
+            "apiVersion": "libvirt.capfleet.dev/v1alpha1",
+            "kind": "LibvirtVM",
+            "metadata": meta,
+            "spec": spec,
+        }
+
+    bodies = [vm("b", "x", "hv1"), vm("a", "y", "hv1"), vm("a", "z", "hv2"), vm("a", "w", None)]
+    assert hypervisors.users_of("hv1", bodies) == ["a/y", "b/x"]
+    assert hypervisors.users_of("hv3", bodies) == []

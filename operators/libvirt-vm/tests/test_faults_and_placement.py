@@ -21,6 +21,7 @@ from libvirt_vm_helpers import (
 )
 
 from capfleet.kube import Kube
+from capfleet.resources import Resource
 from capfleet_e2e.fixtures import RunOperator
 from capfleet_e2e.libvirt.hypervisor import Hypervisor
 from capfleet_e2e.libvirt.image import TestImage
@@ -209,6 +210,11 @@ async def test_deletion_without_its_hypervisor_says_why_and_detached_lets_it_go(
 
         await create_vm(kube, namespace, "vm1", NO_CALLBACK, powerState="Off")
         await wait_condition(kube, VMS, "vm1", namespace, "Ready", "True", 90)
+        # A Hypervisor is not deleted under its VMs: it waits, and says for whom.
+        await kube.delete(HYPERVISORS, name)
+        in_use = await wait_condition(kube, HYPERVISORS, name, None, "Ready", "False", 30)
+        assert (condition(in_use, "Ready") or {}).get("reason") == "InUse"
+        assert f"{namespace}/vm1" in (condition(in_use, "Ready") or {}).get("message", "")
         hv.sshd.stop()  # the host is gone, as far as capfleet can tell
         try:
             await kube.delete(VMS, "vm1", namespace)
@@ -219,6 +225,8 @@ async def test_deletion_without_its_hypervisor_says_why_and_detached_lets_it_go(
             detach = {"metadata": {"annotations": {"libvirt.capfleet.dev/detached": "true"}}}
             await kube.patch(VMS, "vm1", detach, namespace)
             await eventually("the detached VM to be deleted", lambda: gone(kube, "vm1", namespace), 30)
+            hypervisor_gone = lambda: gone(kube, name, None, HYPERVISORS)  # noqa: E731
+            await eventually("the Hypervisor to be deleted once unused", hypervisor_gone, 150, 1)
         finally:
             hv.sshd.start()
         assert leftovers(hv, namespace)[0] == [f"{namespace}_vm1"], "detached: the host was left alone"
@@ -229,8 +237,8 @@ async def test_deletion_without_its_hypervisor_says_why_and_detached_lets_it_go(
     assert leftovers(hv, namespace) == ([], [])
 
 
-async def gone(kube: Kube, name: str, namespace: str) -> bool:
-    return await kube.get(VMS, name, namespace) is None
+async def gone(kube: Kube, name: str, namespace: str | None, resource: Resource = VMS) -> bool:
+    return await kube.get(resource, name, namespace) is None
 
 
 def remove_domains(hv: Hypervisor, namespace: str) -> None:

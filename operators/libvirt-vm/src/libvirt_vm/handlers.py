@@ -1,10 +1,11 @@
 """kopf handlers of the libvirt-vm operator: decorators and typed arguments only, logic lives elsewhere.
 
 Hypervisors (cluster-scoped) are reconciled on every change and on a timer that notices a host going
-away or coming back (`hypervisors`). LibvirtVMs are reconciled on every change and on a timer that
-rebuilds a lost status and re-converges after a failure (`vms`); deletion removes the domain and its
-volumes. The connection pool and the locks are created at startup in the operator-wide memo. The two
-timers' intervals are settings, so they are registered by `register_polls` once the settings are read.
+away or coming back (`hypervisors`); one is deleted only once no LibvirtVM is placed on it. LibvirtVMs
+are reconciled on every change and on a timer that rebuilds a lost status and re-converges after a
+failure (`vms`); deletion removes the domain and its volumes. The connection pool and the locks are
+created at startup in the operator-wide memo. The two timers' intervals are settings, so they are
+registered by `register_polls` once the settings are read.
 """
 
 from __future__ import annotations
@@ -47,9 +48,12 @@ async def recheck_hypervisor(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None
     await hypervisors.reconcile(Context.from_memo(memo), body)
 
 
-@kopf.on.delete(*HYPERVISORS.watch, optional=True)
-async def forget_hypervisor(name: str, memo: kopf.Memo, **_: Any) -> None:
-    await Context.from_memo(memo).pool.forget(name)
+@kopf.on.delete(*HYPERVISORS.watch)
+@runtime.reconciler("Hypervisor")
+async def release_hypervisor(body: kopf.Body, name: str, memo: kopf.Memo, **_: Any) -> None:
+    ctx = Context.from_memo(memo)
+    await hypervisors.guard_deletion(ctx, body)
+    await ctx.pool.forget(name)
 
 
 @kopf.on.resume(*VMS.watch)

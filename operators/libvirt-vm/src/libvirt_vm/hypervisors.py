@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from capfleet import errors
+from capfleet import conditions, errors
 from capfleet.api import kinds
 from capfleet.api.libvirt import Capacity, Hypervisor, LibvirtVM
 from capfleet.conditions import Update
@@ -22,6 +22,7 @@ from libvirt_vm.settings import LibvirtSettings
 
 REACHABLE = "Reachable"
 STEPS = [REACHABLE]
+IN_USE = "InUse"
 
 
 def demand_of(vm: LibvirtVM) -> placing.Demand:
@@ -50,7 +51,31 @@ def capacity_fields(found: hosts.HostFacts, used: placing.Demand) -> dict[str, A
     }
 
 
+def users_of(name: str, vm_bodies: list[dict[str, Any]]) -> list[str]:
+    """`namespace/name` of every LibvirtVM placed on Hypervisor `name`."""
+    placed = (kinds.LIBVIRT_VM.parse(b) for b in vm_bodies)
+    return sorted(
+        f"{vm.metadata['namespace']}/{vm.metadata['name']}"
+        for vm in placed
+        if vm.spec.hypervisor_name == name
+    )
+
+
+async def guard_deletion(ctx: Context, body: Mapping[str, Any]) -> None:
+    """Let a Hypervisor go only once no LibvirtVM is placed on it (their deletion needs it, or their
+    `detached` annotation); until then Ready=False InUse names them, and the deletion waits."""
+    users = users_of(body["metadata"]["name"], await ctx.kube.list(VMS))
+    if not users:
+        return
+    shown = ", ".join(users[:5]) + (f" and {len(users) - 5} more" if len(users) > 5 else "")
+    message = f"{len(users)} LibvirtVM(s) are placed on it ({shown}); it is deleted once they are gone"
+    await ctx.write_status(HYPERVISORS, body, {}, [Update.false(conditions.READY, IN_USE, message)], None)
+    raise errors.Waiting(message, reason=IN_USE)
+
+
 async def reconcile(ctx: Context, body: Mapping[str, Any]) -> None:
+    if body["metadata"].get("deletionTimestamp"):
+        return  # being deleted: `guard_deletion` keeps its status
     # A status cache with one condition and no Paused (Hypervisors are not CAPI objects): written with
     # the kit's write_status rather than a Recorder, whose step() would raise where this must not.
     hypervisor = kinds.HYPERVISOR.parse(body)

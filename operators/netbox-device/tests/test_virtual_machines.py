@@ -88,6 +88,9 @@ async def test_register_link_update_and_delete(
     assert len(client.list_all("ipam/ip-addresses/", address="10.77.0.5")) == 1
     assert vm["primary_ip4"]["id"] == pool_ip
     assert vm["primary_ip6"]["address"] == "2001:db8::5/64"
+    owners = {address: (ip.get("custom_fields") or {}).get("capfleet_owner") for address, ip in ips.items()}
+    created_by = f"{INSTANCE}/{namespace}/vm1"
+    assert owners == {"10.77.0.5/24": None, "2001:db8::5/64": created_by, "10.78.0.9/24": created_by}
 
     # Update: more vCPUs, eth1 dropped (its created IP goes with it), a new MAC on eth0.
     spec = vm_body(netbox, "vm1")["spec"]

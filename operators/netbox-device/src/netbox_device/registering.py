@@ -2,8 +2,8 @@
 
 The VM record carries the owner custom field, so it is found again after a lost status or a move. IPs
 named in the spec are linked when NetBox already has them (e.g. allocated by a NetboxIPPool) and created
-otherwise; created ones carry a marker in their description. On deletion the linked ones are unassigned
-first, because deleting a VM deletes every IP assigned to its interfaces.
+otherwise; created ones carry the owner custom field and a marker in their description. On deletion the
+linked ones are unassigned first, because deleting a VM deletes every IP assigned to its interfaces.
 """
 
 from __future__ import annotations
@@ -131,6 +131,7 @@ async def place_ip(nb: Machines, interface_id: int, address: str, owner: str) ->
             "address": address,
             "status": "active",
             "description": records.created_mark(owner),
+            "custom_fields": {OWNER_FIELD: owner},
             **records.assignment(interface_id),
         },
     )

@@ -15,6 +15,7 @@ from netbox_device.selection import OWNER_FIELD
 
 Record = dict[str, Any]
 VM = "virtualization.virtualmachine"
+IP = "ipam.ipaddress"
 
 
 class Machines(Protocol):
@@ -58,7 +59,8 @@ class PynetboxMachines:
         found = await netbox.call(
             "check-custom-field", lambda: list(self._api.extras.custom_fields.filter(name=OWNER_FIELD))
         )
-        problem = field_problem(found, OWNER_FIELD, True, VM)
+        # The owner field marks the VM and the IPs created for it.
+        problem = field_problem(found, OWNER_FIELD, True, VM) or field_problem(found, OWNER_FIELD, True, IP)
         if problem:
             raise errors.BackendRejected(problem, reason="CustomFieldMissing")
 

@@ -5,6 +5,8 @@ Each test runs the operator as users run it (`python -m ipam_address`) against t
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from ipam_helpers import (
     ADDRESSES,
@@ -177,6 +179,16 @@ async def test_same_address_after_status_wiped_and_address_deleted_by_hand(
 
     assert await eventually("a new IPAddress for the claim", recreated) == original["x3"]
     assert await addresses_in(kube, namespace) == original
+
+    # The pool's status is a cache too: wiped, it is written again (after the daemon's idle minute).
+    await kube.patch_status(kinds.IPPOOL.resource, "p", {"conditions": None, "ipAddresses": None}, namespace)
+
+    async def pool_status_back() -> dict[str, Any] | None:
+        status = ((await kube.get(kinds.IPPOOL.resource, "p", namespace)) or {}).get("status") or {}
+        return status if status.get("ipAddresses") and status.get("conditions") else None
+
+    restored = await eventually("the wiped pool status to be written again", pool_status_back, 90, 1)
+    assert restored["ipAddresses"] == {"total": 254, "used": 3, "free": 251, "outOfRange": 0}
 
 
 async def test_claim_for_missing_pool_reports_pool_not_ready(

@@ -69,7 +69,11 @@ async def keep(
     allocated: Callable[[], list[str]],
     stopped: Callable[[], bool],
 ) -> None:
-    """Keep the pool's status current until `stopped`; `body` is kopf's live view of the pool."""
+    """Keep the pool's status current until `stopped`; `body` is kopf's live view of the pool.
+
+    Between changes it compares with what it wrote last (kopf's view lags its own writes); after an idle
+    minute, with kopf's view, which by then shows its writes, so a status wiped by someone else is
+    written again."""
     key = pools.info_of(body).key
     written: dict[str, Any] = dict(body.get("status") or {})
     while not stopped():
@@ -80,3 +84,5 @@ async def keep(
             written.update(changed)
         if await allocator.wait_for_change(key, IDLE_CHECK_SECONDS):
             await asyncio.sleep(COALESCE_SECONDS)
+        else:
+            written = dict(body.get("status") or {})

@@ -1,7 +1,9 @@
 """Faults and placement on real hypervisors: a wrong known_hosts is refused with a clear condition; sshd
 stopped mid-way gives a condition, then the VM converges once it is back, as it does after libvirtd
 restarts mid-create; a missing base image is reported and leaves no volume; three anti-affine VMs spread
-over two hypervisors within each one's capacity, a fourth waits for room."""
+over two hypervisors within each one's capacity, a fourth waits for room; a root disk left too small by a
+kill is grown; a Hypervisor's deletion waits for its VMs; a VM whose host is gone says why its deletion
+fails, and `detached` lets it go, as does a VM that never wrote to its host."""
 
 from __future__ import annotations
 
@@ -208,8 +210,11 @@ async def test_deletion_without_its_hypervisor_says_why_and_detached_lets_it_go(
         await kube.delete(VMS, "nowhere", namespace)
         await eventually("the untouched VM to be deleted", lambda: gone(kube, "nowhere", namespace), 30)
 
+        # As a kill between cloning the root disk and growing it leaves it: smaller than the spec asks.
+        small_root_disk(hv, f"{namespace}_vm1_root.qcow2", 512 << 20)
         await create_vm(kube, namespace, "vm1", NO_CALLBACK, powerState="Off")
         await wait_condition(kube, VMS, "vm1", namespace, "Ready", "True", 90)
+        assert volume_capacity(hv, f"{namespace}_vm1_root.qcow2") == 1 << 30, "grown to the spec's 1 GiB"
         # A Hypervisor is not deleted under its VMs: it waits, and says for whom.
         await kube.delete(HYPERVISORS, name)
         in_use = await wait_condition(kube, HYPERVISORS, name, None, "Ready", "False", 30)
@@ -253,5 +258,25 @@ def remove_domains(hv: Hypervisor, namespace: str) -> None:
         for volume in pool.listAllVolumes(0):
             if volume.name().startswith(f"{namespace}_"):
                 volume.delete(0)
+    finally:
+        conn.close()
+
+
+def small_root_disk(hv: Hypervisor, name: str, capacity: int) -> None:
+    conn = hv.connect()
+    try:
+        xml = (
+            f"<volume><name>{name}</name><capacity unit='bytes'>{capacity}</capacity>"
+            "<target><format type='qcow2'/></target></volume>"
+        )
+        conn.storagePoolLookupByName(hv.pool_name).createXML(xml, 0)
+    finally:
+        conn.close()
+
+
+def volume_capacity(hv: Hypervisor, name: str) -> int:
+    conn = hv.connect()
+    try:
+        return int(conn.storagePoolLookupByName(hv.pool_name).storageVolLookupByName(name).info()[1])
     finally:
         conn.close()

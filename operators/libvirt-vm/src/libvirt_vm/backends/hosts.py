@@ -108,9 +108,11 @@ def ensure_disk(
     """The path of volume `name` (qcow2, `size_gib`), cloned from `source` if given; created if missing."""
     pool = _pool(conn, pool_name)
     existing = _lookup_volume(pool, name)
-    if existing is not None:
-        return str(existing.path())
     size = size_gib * GIB
+    if existing is not None:
+        if int(existing.info()[1]) < size:  # cloned, then killed before the resize
+            existing.resize(size, 0)
+        return str(existing.path())
     if source is None:
         return str(pool.createXML(_volume_xml(name, size, "qcow2"), 0).path())
     base = _lookup_volume(pool, source)

@@ -128,3 +128,12 @@ def test_a_hypervisor_is_in_use_by_the_vms_placed_on_it() -> None:
     bodies = [vm("b", "x", "hv1"), vm("a", "y", "hv1"), vm("a", "z", "hv2"), vm("a", "w", None)]
     assert hypervisors.users_of("hv1", bodies) == ["a/y", "b/x"]
     assert hypervisors.users_of("hv3", bodies) == []
+
+
+def test_a_seed_is_recognised_by_its_files_and_a_cut_off_upload_is_not() -> None:
+    files = seeding.seed_files(b"#cloud-config\n" + b"x" * 5000, b"instance-id: x\n", b"version: 2\n")
+    iso = seeding.cidata_iso(files)
+    assert seeding.files_of(iso) == files
+    assert seeding.files_of(seeding.cidata_iso(files)) == seeding.files_of(iso)  # bytes differ, files not
+    assert seeding.files_of(bytes(len(iso))) is None  # created, never written
+    assert seeding.files_of(iso[: len(iso) // 2] + bytes(len(iso) - len(iso) // 2)) != files  # cut off

@@ -30,6 +30,7 @@ from capfleet_e2e.libvirt.image import TestImage
 from capfleet_e2e.libvirt.sshd import generate_ed25519
 from capfleet_e2e.site import ensure_base_image, remove_base_image
 from capfleet_e2e.waiting import eventually
+from libvirt_vm import seeding
 
 pytestmark = pytest.mark.integration
 NO_CALLBACK = 9  # the guests' callbacks go nowhere here; these tests watch libvirt, not the guest
@@ -210,11 +211,14 @@ async def test_deletion_without_its_hypervisor_says_why_and_detached_lets_it_go(
         await kube.delete(VMS, "nowhere", namespace)
         await eventually("the untouched VM to be deleted", lambda: gone(kube, "nowhere", namespace), 30)
 
-        # As a kill between cloning the root disk and growing it leaves it: smaller than the spec asks.
-        small_root_disk(hv, f"{namespace}_vm1_root.qcow2", 512 << 20)
+        # As kills leave them: a root disk cloned but not grown, a seed volume created but never written.
+        precreate_volume(hv, f"{namespace}_vm1_root.qcow2", 512 << 20, "qcow2")
+        precreate_volume(hv, f"{namespace}_vm1_cidata.iso", 64 << 10, "raw")
         await create_vm(kube, namespace, "vm1", NO_CALLBACK, powerState="Off")
         await wait_condition(kube, VMS, "vm1", namespace, "Ready", "True", 90)
-        assert volume_capacity(hv, f"{namespace}_vm1_root.qcow2") == 1 << 30, "grown to the spec's 1 GiB"
+        root, seed = (volume_of(hv, f"{namespace}_vm1_{v}") for v in ("root.qcow2", "cidata.iso"))
+        assert root[0] == 1 << 30, "grown to the spec's 1 GiB"
+        assert set(seeding.files_of(seed[1]) or {}) == {"user-data", "meta-data", "network-config"}
         # A Hypervisor is not deleted under its VMs: it waits, and says for whom.
         await kube.delete(HYPERVISORS, name)
         in_use = await wait_condition(kube, HYPERVISORS, name, None, "Ready", "False", 30)
@@ -262,21 +266,29 @@ def remove_domains(hv: Hypervisor, namespace: str) -> None:
         conn.close()
 
 
-def small_root_disk(hv: Hypervisor, name: str, capacity: int) -> None:
+def precreate_volume(hv: Hypervisor, name: str, capacity: int, fmt: str) -> None:
     conn = hv.connect()
     try:
         xml = (
             f"<volume><name>{name}</name><capacity unit='bytes'>{capacity}</capacity>"
-            "<target><format type='qcow2'/></target></volume>"
+            f"<target><format type='{fmt}'/></target></volume>"
         )
         conn.storagePoolLookupByName(hv.pool_name).createXML(xml, 0)
     finally:
         conn.close()
 
 
-def volume_capacity(hv: Hypervisor, name: str) -> int:
+def volume_of(hv: Hypervisor, name: str) -> tuple[int, bytes]:
+    """The volume's capacity, and its first MiB."""
     conn = hv.connect()
     try:
-        return int(conn.storagePoolLookupByName(hv.pool_name).storageVolLookupByName(name).info()[1])
+        volume = conn.storagePoolLookupByName(hv.pool_name).storageVolLookupByName(name)
+        stream = conn.newStream(0)
+        volume.download(stream, 0, 1 << 20, 0)
+        chunks = []
+        while chunk := stream.recv(1 << 16):
+            chunks.append(chunk)
+        stream.finish()
+        return int(volume.info()[1]), b"".join(chunks)
     finally:
         conn.close()

@@ -34,6 +34,7 @@ class Shared:
     pool: Pool = field(default_factory=Pool)
     placement_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     vm_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    checked_seeds: set[str] = field(default_factory=set)  # `<hypervisor>/<volume>` read back this run
 
 
 @dataclass

@@ -4,7 +4,8 @@ cloud-init (and capfleet's test image) finds its seed on a volume labelled `cida
 memory with pycdlib (no genisoimage on the operator's image) and uploaded through the libvirt connection,
 so nothing is written to the operator's disk. meta-data and network-config are rendered by
 `capfleet.cloudinit`, the fleet's one renderer, so a VM and a server on one network boot alike.
-Pure functions: the same files give the same ISO.
+Pure functions, though two builds of the same files differ in their timestamps: compare seeds by the files
+they hold (`files_of`), not byte for byte.
 """
 
 from __future__ import annotations
@@ -36,3 +37,26 @@ def cidata_iso(files: Mapping[str, bytes]) -> bytes:
     finally:
         iso.close()
     return out.getvalue()
+
+
+def files_of(iso: bytes) -> dict[str, bytes] | None:
+    """The seed files `iso` holds; None when it is no readable ISO (an upload cut off by a kill)."""
+    reader = pycdlib.PyCdlib()
+    try:
+        reader.open_fp(io.BytesIO(iso))
+    except pycdlib.pycdlibexception.PyCdlibException:
+        return None
+    found: dict[str, bytes] = {}
+    try:
+        for name in SEED_FILES:
+            out = io.BytesIO()
+            try:
+                reader.get_file_from_iso_fp(out, rr_path=f"/{name}")
+            except pycdlib.pycdlibexception.PyCdlibException:
+                continue
+            found[name] = out.getvalue()
+    except (ValueError, OSError):
+        return None  # extents past the end of a truncated image
+    finally:
+        reader.close()
+    return found

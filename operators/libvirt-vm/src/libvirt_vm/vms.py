@@ -188,8 +188,16 @@ async def make_seed(run: reconciling.Recorder, placed: Placed, vm: LibvirtVM) ->
     """SeedReady: the NoCloud ISO built and uploaded as a volume; its path."""
     iso = await run.step(SEED, seed_data(placed, vm), "Built")
     volume = names.seed_volume(placed.domain)
-    upload = placed.run(lambda c: hosts.ensure_seed(c, placed.pool_name, volume, iso))
-    return await run.step(SEED, upload, "Uploaded", "NoCloud cidata volume uploaded")
+    # Once per process and seed, what is there is read back: an upload cut off by a kill left a volume
+    # that exists but is no seed.
+    checked = placed.ctx.shared.checked_seeds
+    key = f"{placed.hypervisor}/{volume}"
+    wanted = seeding.files_of(iso)
+    current = None if key in checked else (lambda found: seeding.files_of(found) == wanted)
+    upload = placed.run(lambda c: hosts.ensure_seed(c, placed.pool_name, volume, iso, current))
+    path = await run.step(SEED, upload, "Uploaded", "NoCloud cidata volume uploaded")
+    checked.add(key)
+    return path
 
 
 async def define(

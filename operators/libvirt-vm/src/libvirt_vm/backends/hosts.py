@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,12 +137,17 @@ def ensure_disk(
     return str(volume.path())
 
 
-def ensure_seed(conn: Any, pool_name: str, name: str, data: bytes) -> str:
-    """The path of raw volume `name` holding `data`, uploaded through a libvirt stream if missing."""
+def ensure_seed(
+    conn: Any, pool_name: str, name: str, data: bytes, current: Callable[[bytes], bool] | None = None
+) -> str:
+    """The path of raw volume `name` holding `data`, uploaded through a libvirt stream if missing, or
+    again when `current` (given the volume's bytes) says what is there is not the seed wanted."""
     pool = _pool(conn, pool_name)
     existing = _lookup_volume(pool, name)
     if existing is not None:
-        return str(existing.path())
+        if current is None or current(_content(conn, existing)):
+            return str(existing.path())
+        existing.delete(0)
     volume = pool.createXML(_volume_xml(name, len(data), "raw"), 0)
     try:
         stream = conn.newStream(0)
@@ -154,6 +160,17 @@ def ensure_seed(conn: Any, pool_name: str, name: str, data: bytes) -> str:
         _delete_quietly(volume)
         raise
     return str(volume.path())
+
+
+def _content(conn: Any, volume: Any) -> bytes:
+    """The volume's bytes, through a libvirt stream (for small volumes: seeds)."""
+    stream = conn.newStream(0)
+    volume.download(stream, 0, int(volume.info()[1]), 0)
+    chunks: list[bytes] = []
+    while chunk := stream.recv(_CHUNK):
+        chunks.append(chunk)
+    stream.finish()
+    return b"".join(chunks)
 
 
 def find_domain(conn: Any, name: str) -> DomainInfo | None:

@@ -205,9 +205,9 @@ async def test_deletion_without_its_hypervisor_says_why_and_detached_lets_it_go(
     name = await create_hypervisor(kube, namespace, hv)
     try:
         await wait_condition(kube, HYPERVISORS, name, None, "Reachable", "True", 30)
-        # Never placed anywhere reachable (its Hypervisor's SSH key Secret is missing): nothing to undo.
+        # Pinned to a Hypervisor that does not exist: it never wrote anywhere, so there is nothing to undo.
         await create_vm(kube, namespace, "nowhere", NO_CALLBACK, hypervisorName="no-such-hypervisor")
-        await wait_condition(kube, VMS, "nowhere", namespace, "Scheduled", "False", 30)
+        await wait_condition(kube, VMS, "nowhere", namespace, "DisksReady", "False", 30)
         await kube.delete(VMS, "nowhere", namespace)
         await eventually("the untouched VM to be deleted", lambda: gone(kube, "nowhere", namespace), 30)
 

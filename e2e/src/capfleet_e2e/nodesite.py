@@ -143,6 +143,11 @@ def template_variables(
         "CAPFLEET_KUBEADM_WAIT_SECONDS": "1200",
         "CAPFLEET_LEADER_ELECT_LEASE_DURATION": "120s",
         "CAPFLEET_LEADER_ELECT_RENEW_DEADLINE": "90s",
+        # kube-vip's Lease likewise (its VIP moves within 30 s + 4 s, inside the HA suite's 45 s bound): on
+        # a busy host the defaults (15/10/2 s) let the only control plane drop its own VIP mid-init.
+        "CAPFLEET_VIP_LEASE_SECONDS": "30",
+        "CAPFLEET_VIP_RENEW_DEADLINE_SECONDS": "20",
+        "CAPFLEET_VIP_RETRY_PERIOD_SECONDS": "4",
         # Sized for QEMU without KVM on a 2-core machine: kubeadm's minimum for a control plane.
         "CAPFLEET_CONTROL_PLANE_VCPUS": "2",
         "CAPFLEET_CONTROL_PLANE_MEMORY_MIB": "2048",

@@ -23,7 +23,8 @@ demo: setup
 	$(UV) python -m capfleet_e2e.demo
 
 ## test: lint, type checks, generated-file checks (CRDs, clusterctl components), then every test but the
-## slowest (marker `full`: a three-node control plane with a rolling update, MachineHealthCheck remediation).
+## slowest (marker `full`: the real-node suites, a three-node control plane with a rolling update,
+## MachineHealthCheck remediation, bare-metal workers).
 test: setup lint crds-check clusterctl-components-check
 	$(UV) pytest -m "not full" $(PYTEST_ARGS)
 

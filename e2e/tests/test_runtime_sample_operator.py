@@ -170,7 +170,7 @@ async def test_two_replicas_one_acts_and_the_standby_takes_over_within_the_lease
     timings = leadership.Timings()
 
     async def holder() -> str | None:
-        lease = await kube.get(leadership.LEASES, "capfleet-sample", namespace)
+        lease = await kube.get(resources.LEASES, "capfleet-sample", namespace)
         held: str | None = ((lease or {}).get("spec") or {}).get("holderIdentity")
         return held
 

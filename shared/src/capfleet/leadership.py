@@ -27,9 +27,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from capfleet.kube import Conflict, Kube, KubeError
-from capfleet.resources import Resource
-
-LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
+from capfleet.resources import LEASES
 
 logger = logging.getLogger("capfleet.leadership")
 

@@ -53,6 +53,11 @@ EVENTS = Resource("", "v1", "events", "Event")
 CUSTOM_RESOURCE_DEFINITIONS = Resource(
     "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", namespaced=False
 )
+LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
+TOKEN_REVIEWS = Resource("authentication.k8s.io", "v1", "tokenreviews", "TokenReview", namespaced=False)
+SUBJECT_ACCESS_REVIEWS = Resource(
+    "authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview", namespaced=False
+)
 
 CAPI_CLUSTERS = Resource("cluster.x-k8s.io", "v1beta2", "clusters", "Cluster")
 CAPI_MACHINES = Resource("cluster.x-k8s.io", "v1beta2", "machines", "Machine")

@@ -35,12 +35,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from capfleet.kube import Kube, KubeError
-from capfleet.resources import Resource
+from capfleet.resources import SUBJECT_ACCESS_REVIEWS, TOKEN_REVIEWS
 
-TOKEN_REVIEWS = Resource("authentication.k8s.io", "v1", "tokenreviews", "TokenReview", namespaced=False)
-SUBJECT_ACCESS_REVIEWS = Resource(
-    "authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview", namespaced=False
-)
 METRICS_PATH = "/metrics"
 CACHE_SECONDS = 60.0
 

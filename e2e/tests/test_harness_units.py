@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import ipaddress
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from cryptography import x509
 
 from capfleet_e2e.crds import kustomization_labels
-from capfleet_e2e.nodesite import readyz_failure
+from capfleet_e2e.nodesite import GUEST_STATS, readyz_failure, with_guest_stats
 from capfleet_e2e.pki import generate_pki
 from capfleet_e2e.processes import Component, ComponentError, wait_for
 
@@ -85,3 +87,18 @@ def test_readyz_failures_name_the_failed_checks_or_say_nothing_answered() -> Non
         "refused - did you specify the right host or port?"
     )
     assert readyz_failure(refused).startswith("unreachable: The connection to the server 127.0.0.1:41234")
+
+
+def test_guest_stats_run_first_on_control_planes_and_workers_and_parse_as_shell() -> None:
+    manifest = yaml.safe_dump_all(
+        [
+            {"kind": "KubeadmControlPlane", "spec": {"kubeadmConfigSpec": {"preKubeadmCommands": ["a"]}}},
+            {"kind": "KubeadmConfigTemplate", "spec": {"template": {"spec": {}}}},
+            {"kind": "Cluster", "spec": {}},
+        ]
+    )
+    kcp, workers, cluster = yaml.safe_load_all(with_guest_stats(manifest))
+    assert kcp["spec"]["kubeadmConfigSpec"]["preKubeadmCommands"] == [GUEST_STATS, "a"]
+    assert workers["spec"]["template"]["spec"]["preKubeadmCommands"] == [GUEST_STATS]
+    assert cluster == {"kind": "Cluster", "spec": {}}
+    subprocess.run(["sh", "-n", "-c", GUEST_STATS], check=True)

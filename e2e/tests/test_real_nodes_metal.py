@@ -80,9 +80,10 @@ async def test_bare_metal_workers_deployed_with_the_node_image_join_roll_and_are
         # one worker is driven through Redfish and one through IPMI in every run.
         set_device_status(netbox, [spare, fourth], "planned")
         started = time.monotonic()
-        site.apply(metal.hybrid(site.manifest(WORKER_MACHINE_COUNT="2")))
+        site.apply(metal.hybrid(site.manifest(WORKER_MACHINE_COUNT="0")))
         await eventually("the control-plane Node to be Ready", lambda: site.ready_nodes(1), 1800, 10)
-        print(f"\ncontrol-plane VM Ready {time.monotonic() - started:.0f} s after apply")
+        print(f"\ncontrol-plane VM Ready {time.monotonic() - started:.0f} s after apply; two workers added")
+        await site.scale_workers(2)
         nodes = await eventually("three Nodes to be Ready", lambda: site.ready_nodes(3), 2400, 10)
         print(f"both bare-metal workers Ready {time.monotonic() - started:.0f} s after apply")
         await eventually("three Machines Running", lambda: site.running(3), 600, 5)

@@ -30,6 +30,7 @@ from capfleet_e2e.kubebin import HarnessError, Kubectl, repo_root
 from capfleet_e2e.libvirt.hypervisor import Hypervisor, start_hypervisor
 from capfleet_e2e.nodeimage.versions import NodeImageVersions
 from capfleet_e2e.site import OPERATOR_ENV, SITE_LABEL, delete_cluster, register_hypervisor, render
+from capfleet_e2e.tree import MACHINE_DEPLOYMENTS
 from capfleet_e2e.workload_access import WorkloadAccess
 
 VM_TEMPLATE = Path("deploy") / "clusterctl" / "cluster-template-vm.yaml"
@@ -45,6 +46,15 @@ NODE_OPERATOR_ENV = {
     "libvirt_vm": {**OPERATOR_ENV["libvirt_vm"], "CAPFLEET_VCPU_OVERCOMMIT": "4"},
 }
 StartOperator = Callable[[str, dict[str, str]], object]
+# Every minute each guest writes a line of load, free memory and its busiest processes to its serial
+# console (the suites keep those logs as artifacts): what a slow `kubeadm init` was competing with.
+GUEST_STATS = (
+    "setsid sh -c 'while sleep 60; do echo capfleet-guest-stats"
+    ' up=$(cut -d" " -f1 /proc/uptime) load=$(cut -d" " -f1-3 /proc/loadavg)'
+    ' memavail_mib=$(awk "/^MemAvailable:/{print int(\\$2/1024)}" /proc/meminfo)'
+    ' busiest=$(ps -eo comm=,pcpu= --sort=-pcpu | head -4 | tr -s " " | paste -sd,);'
+    " done >/dev/console 2>&1' </dev/null >/dev/null 2>&1 &"
+)
 
 
 def place_base_volume(hv: Hypervisor, image: Path, volume: str) -> None:
@@ -173,8 +183,11 @@ class NodeSite:
     operators: dict[str, Any]
 
     def manifest(self, **overrides: str) -> str:
-        """cluster-template-vm.yaml rendered with the site's variables, `overrides` taking precedence."""
-        return render((repo_root() / VM_TEMPLATE).read_text(), {**self.variables, **overrides})
+        """cluster-template-vm.yaml rendered with the site's variables, `overrides` taking precedence, its
+        nodes printing GUEST_STATS."""
+        return with_guest_stats(
+            render((repo_root() / VM_TEMPLATE).read_text(), {**self.variables, **overrides})
+        )
 
     def apply(self, manifest: str) -> str:
         return self.cp.kubectl("apply", "-f", "-", stdin=manifest)
@@ -193,6 +206,13 @@ class NodeSite:
                     for hv in self.lab.hypervisors
                 ]
         return yaml.safe_dump_all(documents, sort_keys=False)
+
+    async def scale_workers(self, replicas: int) -> None:
+        """Scale the workers' MachineDeployment. The suites apply the template with no workers and add
+        them once the control plane's Node is Ready: on two cores without KVM, a worker VM booting beside
+        `kubeadm init` starved it past kubeadm's fixed 10 s API timeouts in every run that overlapped."""
+        patch = {"spec": {"replicas": replicas}}
+        await self.kube.patch(MACHINE_DEPLOYMENTS, f"{self.cluster_name}-md-0", patch, self.namespace)
 
     def api_ready(self) -> bool:
         """Whether the workload API answers /readyz at its endpoint (through the relay to the VIP)."""
@@ -243,6 +263,20 @@ class NodeSite:
         return [f"domain {d}" for d in self.lab.domains(self.namespace)] + [
             f"volume {v}" for v in self.lab.volumes(self.namespace)
         ]
+
+
+def with_guest_stats(manifest: str) -> str:
+    """`manifest` whose control-plane and worker nodes run GUEST_STATS first."""
+    documents = [d for d in yaml.safe_load_all(manifest) if d]
+    for document in documents:
+        if document["kind"] == "KubeadmControlPlane":
+            spec = document["spec"]["kubeadmConfigSpec"]
+        elif document["kind"] == "KubeadmConfigTemplate":
+            spec = document["spec"]["template"]["spec"]
+        else:
+            continue
+        spec["preKubeadmCommands"] = [GUEST_STATS, *spec.get("preKubeadmCommands", [])]
+    return yaml.safe_dump_all(documents, sort_keys=False)
 
 
 def readyz_failure(kubectl_error: str) -> str:

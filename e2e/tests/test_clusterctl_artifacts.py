@@ -54,6 +54,7 @@ TEMPLATE_VALUES = {
     "CAPFLEET_NAMESERVER": "10.20.0.2",
     "CAPFLEET_VM_IMAGE": "ubuntu-24.04-kube-v1.33.0.qcow2",
     "CAPFLEET_IMAGE_URL": "https://images.example.invalid/capfleet-node-v1.33.0.raw",
+    "CAPFLEET_BMC_NETWORK": "10.20.0.0/24",
     "CAPFLEET_IMAGE_CHECKSUM": "https://images.example.invalid/capfleet-node-v1.33.0.raw.sha256",
 }
 FROM_FLAGS = {"CLUSTER_NAME", "NAMESPACE", "KUBERNETES_VERSION", "CONTROL_PLANE_MACHINE_COUNT"}

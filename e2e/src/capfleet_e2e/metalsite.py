@@ -36,6 +36,8 @@ ROOT_SERIAL = "CAPFLEET-ROOT"
 NODE_SERVER = Shape(memory_mib=1536, disk_mib=6144, disk_serial=ROOT_SERIAL)
 WORKER_INTERFACE = "eno1"
 BMC_SECRET = "bmc"
+# The lab's BMCs (sushy-tools and virtualbmc) listen on loopback: the only network credentials may go to.
+LAB_BMC_NETWORK = "127.0.0.0/8"
 METAL_OPERATORS = ("netbox_device", "baremetal_provision")
 
 
@@ -58,6 +60,7 @@ class Metal:
                 spec["netbox"] = {"connectionSecretRef": {"name": "netbox"}}
                 spec["baremetal"] = {
                     "bmcCredentialsSecretRef": {"name": BMC_SECRET},
+                    "bmcAddressCIDRs": [LAB_BMC_NETWORK],
                     "bootServerURL": self.boot_url,
                 }
             if document["kind"] == "HybridMachineTemplate" and document["metadata"]["name"].endswith(

@@ -58,6 +58,7 @@ def cluster(**extra: Any) -> HybridClusterSpec:
         "baremetal": {
             "bmcCredentialsSecretRef": {"name": "bmc"},
             "bmcAddressTemplate": "redfish+https://{address}/redfish/v1/Systems/{serial}",
+            "bmcAddressCIDRs": ["10.9.0.0/16"],
         },
         "failureDomains": [
             {

@@ -208,6 +208,8 @@ async def test_metal_worker_waits_for_control_plane_claims_a_device_then_provisi
         "address": "ipmi://127.0.0.1:6230",
         "credentialsSecretRef": {"name": "bmc"},
         "disableCertificateVerification": False,
+        "allowRedfishHTTP": False,
+        "addressCIDRs": [],
     }
     assert instance["spec"]["bootMACAddress"] == "52:54:00:aa:bb:07"
     assert instance["spec"]["providerID"] == "capfleet://metal/7"

@@ -154,6 +154,8 @@ def test_instance_spec_from_the_claimed_device() -> None:
         "address": "redfish+https://10.9.0.42/redfish/v1/Systems/SN42",
         "credentialsSecretRef": {"name": "bmc"},
         "disableCertificateVerification": False,
+        "allowRedfishHTTP": False,
+        "addressCIDRs": ["10.9.0.0/16"],
     }
     assert wire["bootMACAddress"] == "aa:00:00:00:00:02"
     assert wire["providerID"] == "capfleet://metal/42"

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from baremetal_provision import markers, phases
+from baremetal_provision import bmcpolicy, markers, phases
 from baremetal_provision.backends import bmc
 from baremetal_provision.backends.base import BMC, Credentials, PowerState, SystemFacts
 from baremetal_provision.contexts import INSTANCES, Context
@@ -57,7 +57,7 @@ async def credentials(kube: Kube, namespace: str, name: str) -> Credentials:
 
 async def open_bmc(ctx: Context, instance: BaremetalInstance) -> BMC:
     given = instance.spec.bmc
-    bmc.parse_address(given.address)  # bad input is refused before any Secret or BMC is read
+    await bmcpolicy.admit(given)  # bad or untrusted addresses are refused before any Secret is read
     namespace = str(instance.metadata["namespace"])
     creds = await credentials(ctx.kube, namespace, given.credentials_secret_ref.name)
     return ctx.connect(given.address, creds, not given.disable_certificate_verification)

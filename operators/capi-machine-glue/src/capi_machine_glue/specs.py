@@ -411,6 +411,8 @@ def instance_spec(
         bmc=BMC(
             address=bmc_url(settings.bmc_address_template, device),
             credentials_secret_ref=LocalObjectReference(name=settings.bmc_credentials_secret_ref.name),
+            allow_redfish_http=settings.allow_redfish_http,
+            address_cidrs=settings.bmc_address_cidrs,
         ),
         boot_mac_address=boot_interface(spec, device).mac_address,
         image=baremetal.image,

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field
 
 from capfleet.api.base import (
+    CIDR,
     DNS_SUBDOMAIN_PATTERN,
     HTTPURL,
     URL_MAX,
@@ -30,6 +31,7 @@ from capfleet.api.base import (
 )
 
 BMC_ADDRESS_PATTERN = r"^(redfish\+https?|ipmi)://[^\s/?#]+(/[^\s]*)?$"
+BMCNetworks = Annotated[list[CIDR], Field(default_factory=list, max_length=32)]
 
 
 class BMC(Model):
@@ -38,13 +40,27 @@ class BMC(Model):
     address: str = Field(
         max_length=URL_MAX,
         pattern=BMC_ADDRESS_PATTERN,
-        description="redfish+https://host[:port]/redfish/v1/Systems/<id>, redfish+http://… or ipmi://host[:port].",
+        description="redfish+https://host[:port]/redfish/v1/Systems/<id>, ipmi://host[:port] or, when"
+        " allowRedfishHTTP is set, redfish+http://….",
     )
     credentials_secret_ref: LocalObjectReference = Field(
         description="Secret with the BMC's username and password (keys username, password)."
     )
     disable_certificate_verification: bool = Field(
-        default=False, description="Accept any TLS certificate from a Redfish BMC. Verified unless set."
+        default=False,
+        description="Accept any TLS certificate from a Redfish BMC. Verified unless set (against the"
+        " credentials Secret's caBundle when it has one, else the system's CAs).",
+    )
+    allow_redfish_http: bool = Field(
+        default=False,
+        alias="allowRedfishHTTP",
+        description="Allow a redfish+http:// address (credentials sent unencrypted); the glue copies the"
+        " HybridCluster's setting.",
+    )
+    address_cidrs: BMCNetworks = Field(
+        alias="addressCIDRs",
+        description="Networks every address of the BMC's host must be in, checked before the credentials are"
+        " read; any when empty. The glue copies the HybridCluster's bmcAddressCIDRs.",
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pydantic import ConfigDict, Field
 
+from capfleet.api.baremetal import BMCNetworks
 from capfleet.api.base import (
     DNS_SUBDOMAIN_PATTERN,
     HTTPURL,
@@ -85,6 +86,17 @@ class ClusterBaremetal(Model):
         description="Turns a device's BMC address from NetBox into a BMC URL: {address}, {name} and {serial}"
         " are replaced, e.g. redfish+https://{address}/redfish/v1/Systems/1. Without it the NetBox value"
         " must already be a BMC URL.",
+    )
+    bmc_address_cidrs: BMCNetworks = Field(
+        alias="bmcAddressCIDRs",
+        description="Networks BMC addresses must be in: a device whose BMC (as NetBox records it) is"
+        " elsewhere is not sent the credentials. Any address when empty; set it, since whoever can edit"
+        " a device in NetBox chooses where its BMC is.",
+    )
+    allow_redfish_http: bool = Field(
+        default=False,
+        alias="allowRedfishHTTP",
+        description="Allow redfish+http:// BMC addresses (credentials sent unencrypted); refused unless set.",
     )
     boot_server_url: HTTPURL | None = Field(
         default=None,

@@ -149,6 +149,9 @@ def apiserver_argv(
         "--authorization-mode=Node,RBAC",
         f"--client-ca-file={client_ca}",
         "--disable-admission-plugins=ServiceAccount",
+        # Owner references with blockOwnerDeletion need update on the owner's finalizers, as CAPI v1.14's
+        # contract requires: every suite checks the operators' RBAC against it.
+        "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
         "--allow-privileged=true",
         f"--token-auth-file={tokens}",
     ]

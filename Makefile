@@ -2,7 +2,8 @@
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 UV := uv run --frozen
-PYTEST_ARGS ?=
+# The slowest tests are listed at the end of every run: what to trim when a run nears CI's budget.
+PYTEST_ARGS ?= --durations=25
 
 .PHONY: setup demo test lint typecheck crds crds-check clusterctl-components clusterctl-components-check \
 	images unit integration bench-ipam clean node-image deploy-ramdisk test-full

@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from capfleet.runtime import VERSION
+from capfleet_e2e import site
 from capfleet_e2e.clusterctl_components import (
     CONTAINER,
     OUTPUT,
@@ -173,6 +174,53 @@ def test_every_kubeadm_command_of_the_vm_templates_scripts_parses_with_the_real_
             [str(kubeadm), *command[1:], "--help"], capture_output=True, text=True, check=False
         )
         assert result.returncode == 0, f"{' '.join(command)}: {result.stderr.strip()}"
+
+
+PROBE_PATCHES = "/usr/local/sbin/capfleet-probe-patches"
+STATIC_POD_PHASES = {
+    "kube-apiserver": ["control-plane", "apiserver"],
+    "kube-controller-manager": ["control-plane", "controller-manager"],
+    "kube-scheduler": ["control-plane", "scheduler"],
+    "etcd": ["etcd", "local"],
+}
+PROBES = ("livenessProbe", "startupProbe")
+
+
+def test_the_probe_patches_reach_every_static_pod_through_the_real_kubeadm(tmp_path: Path) -> None:
+    """The template's patch script, rendered with suite-like values, read by kubeadm as InitConfiguration's
+    patches directory: each control-plane manifest kubeadm writes (dry run, offline) has the probes."""
+    kubeadm = ensure_kube_binaries(binaries=("kubeadm",)) / "kubeadm"
+    kcp = {o["kind"]: o for o in documents(template_text("vm"))}["KubeadmControlPlane"]
+    spec = kcp["spec"]["kubeadmConfigSpec"]
+    assert PROBE_PATCHES in spec["preKubeadmCommands"]
+    [script] = [f["content"] for f in spec["files"] if f["path"] == PROBE_PATCHES]
+    patches = tmp_path / "patches"
+    directory = spec["initConfiguration"]["patches"]["directory"]
+    assert spec["joinConfiguration"]["patches"]["directory"] == directory
+    values = {
+        "CAPFLEET_LIVENESS_FAILURE_THRESHOLD": "61",
+        "CAPFLEET_STARTUP_FAILURE_THRESHOLD": "121",
+        "CAPFLEET_PROBE_TIMEOUT_SECONDS": "59",
+    }
+    subprocess.run(["sh", "-c", site.render(script, values).replace(directory, str(patches))], check=True)
+    config = tmp_path / "kubeadm.yaml"
+    config.write_text(
+        "apiVersion: kubeadm.k8s.io/v1beta4\nkind: InitConfiguration\n"
+        f"localAPIEndpoint: {{advertiseAddress: 192.0.2.10}}\npatches: {{directory: {patches}}}\n---\n"
+        "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\n"
+        f"kubernetesVersion: {KUBERNETES_VERSION}\n"
+    )
+    manifests = tmp_path / "manifests"
+    env = {**os.environ, "KUBEADM_INIT_DRYRUN_DIR": str(manifests)}
+    for component, phase in STATIC_POD_PHASES.items():
+        result = subprocess.run(
+            [str(kubeadm), "init", "phase", *phase, "--config", str(config), "--dry-run"],
+            capture_output=True, text=True, env=env, check=False,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        [container] = yaml.safe_load((manifests / f"{component}.yaml").read_text())["spec"]["containers"]
+        probes = {k: (container[k]["failureThreshold"], container[k]["timeoutSeconds"]) for k in PROBES}
+        assert probes == {"livenessProbe": (61, 59), "startupProbe": (121, 59)}, component
 
 
 # --- with clusterctl and the control plane ----------------------------------------------------------------

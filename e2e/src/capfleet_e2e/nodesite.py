@@ -153,6 +153,11 @@ def template_variables(
         "CAPFLEET_KUBEADM_WAIT_SECONDS": "1200",
         "CAPFLEET_LEADER_ELECT_LEASE_DURATION": "120s",
         "CAPFLEET_LEADER_ELECT_RENEW_DEADLINE": "90s",
+        # The control plane's liveness probes likewise: a guest at load 15 answers /livez late, and kubeadm's
+        # 8 x 15 s had the kubelet restart a healthy API server and controller manager in a loop.
+        "CAPFLEET_LIVENESS_FAILURE_THRESHOLD": "60",
+        "CAPFLEET_STARTUP_FAILURE_THRESHOLD": "120",
+        "CAPFLEET_PROBE_TIMEOUT_SECONDS": "60",
         # kube-vip's Lease likewise (its VIP moves within 30 s + 4 s, inside the HA suite's 45 s bound): on
         # a busy host the defaults (15/10/2 s) let the only control plane drop its own VIP mid-init.
         "CAPFLEET_VIP_LEASE_SECONDS": "30",

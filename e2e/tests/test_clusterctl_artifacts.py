@@ -201,6 +201,7 @@ def test_the_probe_patches_reach_every_static_pod_through_the_real_kubeadm(tmp_p
         "CAPFLEET_LIVENESS_FAILURE_THRESHOLD": "61",
         "CAPFLEET_STARTUP_FAILURE_THRESHOLD": "121",
         "CAPFLEET_PROBE_TIMEOUT_SECONDS": "59",
+        "CAPFLEET_API_SERVER_READINESS_PERIOD_SECONDS": "11",
     }
     subprocess.run(["sh", "-c", site.render(script, values).replace(directory, str(patches))], check=True)
     config = tmp_path / "kubeadm.yaml"
@@ -221,6 +222,13 @@ def test_the_probe_patches_reach_every_static_pod_through_the_real_kubeadm(tmp_p
         [container] = yaml.safe_load((manifests / f"{component}.yaml").read_text())["spec"]["containers"]
         probes = {k: (container[k]["failureThreshold"], container[k]["timeoutSeconds"]) for k in PROBES}
         assert probes == {"livenessProbe": (61, 59), "startupProbe": (121, 59)}, component
+        if component == "kube-apiserver":
+            readiness = container["readinessProbe"]
+            assert (
+                readiness["periodSeconds"],
+                readiness["timeoutSeconds"],
+                readiness["httpGet"]["path"],
+            ) == (11, 59, "/readyz")
 
 
 # --- with clusterctl and the control plane ----------------------------------------------------------------

@@ -158,6 +158,7 @@ def template_variables(
         "CAPFLEET_LIVENESS_FAILURE_THRESHOLD": "60",
         "CAPFLEET_STARTUP_FAILURE_THRESHOLD": "120",
         "CAPFLEET_PROBE_TIMEOUT_SECONDS": "60",
+        "CAPFLEET_API_SERVER_READINESS_PERIOD_SECONDS": "10",
         # kube-vip's Lease likewise (its VIP moves within 30 s + 4 s, inside the HA suite's 45 s bound): on
         # a busy host the defaults (15/10/2 s) let the only control plane drop its own VIP mid-init.
         "CAPFLEET_VIP_LEASE_SECONDS": "30",

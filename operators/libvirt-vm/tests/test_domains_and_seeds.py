@@ -5,6 +5,7 @@ The seed documents themselves are rendered by `capfleet.cloudinit` (tested in sh
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import xml.etree.ElementTree as ET
 from typing import Any
@@ -50,6 +51,9 @@ def test_domain_xml_names_its_owner_and_devices() -> None:
     xml = domains.domain_xml(plan())
     root = ET.fromstring(xml)
     assert root.get("type") == "qemu"
+    assert root.find("cpu").get("mode") == "maximum"  # type: ignore[union-attr]
+    kvm = ET.fromstring(domains.domain_xml(dataclasses.replace(plan(), virt_type="kvm")))
+    assert kvm.find("cpu").get("mode") == "host-passthrough"  # type: ignore[union-attr]
     assert root.findtext("name") == "ns_vm"
     assert root.findtext("uuid") == names.domain_uuid("ns", "vm")
     assert domains.parse_owner(xml) == domains.Owner("ns", "vm")

@@ -72,6 +72,12 @@ def _interface(devices: ET.Element, nic: VMInterface) -> None:
     ET.SubElement(element, "model", {"type": "virtio"})
 
 
+# libvirt's default CPU is QEMU's qemu64: no AES-NI, PCLMULQDQ or AVX, so Go's TLS and hashing (every
+# Kubernetes call) fall back to generic code. Under KVM the guest gets the host's CPU (capfleet does not
+# live-migrate); under TCG everything QEMU can emulate, whose AES and carry-less multiply are host C code.
+CPU_MODES = {"kvm": "host-passthrough", "qemu": "maximum"}
+
+
 def domain_xml(plan: DomainPlan) -> str:
     """A domain booting from its first disk, with the seed as a CD-ROM and a serial console."""
     ET.register_namespace(METADATA_PREFIX, METADATA_NS)
@@ -83,6 +89,7 @@ def domain_xml(plan: DomainPlan) -> str:
     ET.SubElement(vm, f"{{{METADATA_NS}}}owner", {"namespace": plan.owner.namespace, "name": plan.owner.name})
     ET.SubElement(domain, "memory", {"unit": "MiB"}).text = str(plan.memory_mib)
     ET.SubElement(domain, "vcpu").text = str(plan.vcpus)
+    ET.SubElement(domain, "cpu", {"mode": CPU_MODES.get(plan.virt_type, "maximum")})
     os_ = ET.SubElement(domain, "os")
     ET.SubElement(os_, "type", {"arch": "x86_64", "machine": "pc"}).text = "hvm"
     ET.SubElement(os_, "boot", {"dev": "hd"})

@@ -21,7 +21,7 @@ from netbox_device.backends.devices import Devices
 from netbox_device.backends.machines import Machines
 from netbox_device.clients import Clients
 from netbox_device.contexts import Context, Shared
-from netbox_device.selection import OWNER_FIELD
+from netbox_device.selection import OWNER_FIELD, OWNER_INSTANCE
 from netbox_device.settings import NetboxSettings
 
 
@@ -122,9 +122,21 @@ class FakeKube:
 
     field_manager = "capfleet-netbox-device"
 
+    CLUSTER_UID = "0c4b2f6e-93a1-4d55-8a7e-5f2b0d1c9e33"
+
     def __init__(self) -> None:
         self.statuses: list[dict[str, Any]] = []
         self.events: list[tuple[str, str]] = []
+        self.annotations: list[dict[str, str]] = []
+
+    async def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
+        assert (resource.plural, name) == ("namespaces", "kube-system")
+        return {"metadata": {"name": name, "uid": self.CLUSTER_UID}}
+
+    async def patch(
+        self, resource: Resource, name: str, patch: dict[str, Any], namespace: str | None = None
+    ) -> None:
+        self.annotations.append(patch["metadata"]["annotations"])
 
     async def patch_status(
         self, resource: Resource, name: str, status: dict[str, Any], namespace: str | None = None
@@ -135,11 +147,13 @@ class FakeKube:
         self.events.append((body["type"], body["reason"]))
 
 
-def context(netbox: OneDevice, machines: FakeMachines | None = None) -> tuple[Context, FakeKube]:
+def context(
+    netbox: OneDevice, machines: FakeMachines | None = None, instance: str = "mgmt-a"
+) -> tuple[Context, FakeKube]:
     fake = FakeKube()
     kube = cast(Kube, fake)
     shared = Shared(clients=FakeClients(netbox, machines))
-    return Context(kube, events.Recorder(kube), NetboxSettings(instance="mgmt-a"), shared), fake
+    return Context(kube, events.Recorder(kube), NetboxSettings(instance=instance), shared), fake
 
 
 def claim(annotations: dict[str, str] | None = None, **status: Any) -> dict[str, Any]:
@@ -174,6 +188,30 @@ async def test_a_claim_writes_the_device_and_a_ready_naming_it() -> None:
         "Ready": ("True", "Claimed", "device n07 (NetBox id 7)"),
     }
     assert kube.events == [("Normal", "Claimed")]
+    assert kube.annotations == [{OWNER_INSTANCE: "mgmt-a"}]
+
+
+async def test_without_a_configured_name_claims_are_under_one_derived_from_the_cluster() -> None:
+    netbox = OneDevice()
+    ctx, kube = context(netbox, instance="")
+    await device_claims.serve(ctx, claim())
+    assert kube.annotations == [{OWNER_INSTANCE: "capfleet-0c4b2f6e93a1"}]
+    assert netbox.device["custom_fields"][OWNER_FIELD] == "capfleet-0c4b2f6e93a1/ns/m0"
+    # Recorded on the object: a restart (or a move to a cluster with another name) finds the device again.
+    recorded = claim({OWNER_INSTANCE: "capfleet-0c4b2f6e93a1"})
+    other_ctx, other_kube = context(netbox, instance="mgmt-b")
+    await device_claims.serve(other_ctx, recorded)
+    assert (other_kube.annotations, other_kube.statuses[0]["deviceID"]) == ([], 7)
+
+
+async def test_a_device_claimed_before_names_were_recorded_stays_held_under_the_old_default() -> None:
+    netbox = OneDevice()
+    netbox.device["custom_fields"][OWNER_FIELD] = "capfleet/ns/m0"
+    netbox.device["status"] = {"value": "active"}
+    ctx, kube = context(netbox, instance="")
+    await device_claims.serve(ctx, claim())
+    assert kube.annotations == [{OWNER_INSTANCE: "capfleet"}]
+    assert kube.statuses[0]["deviceID"] == 7
 
 
 async def test_no_free_device_is_ready_false_and_retried_at_the_poll_interval() -> None:

@@ -10,7 +10,7 @@ def test_identity_names_are_the_operators_own() -> None:
 
 
 def test_settings_keep_their_variable_names_and_defaults() -> None:
-    assert NetboxSettings.load({}) == NetboxSettings("capfleet", 60.0, 1.0)
+    assert NetboxSettings.load({}) == NetboxSettings("", 60.0, 1.0)  # "": derived from the cluster
     loaded = NetboxSettings.load(
         {
             "CAPFLEET_INSTANCE_NAME": "mgmt-a",

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from capfleet import conditions, pausing, reconciling
+from capfleet import conditions, errors, pausing, reconciling, resources
 from capfleet.api.netbox import NetboxDevice, NetboxVirtualMachine
 from capfleet.conditions import Update
 from capfleet.resources import Resource
@@ -31,6 +31,8 @@ class Shared:
     clients: Clients = field(default_factory=Clients)
     reserved: set[int] = field(default_factory=set)
     """Devices this process is trying to claim right now, so its own claims never race each other."""
+    instance: str | None = None
+    """This management cluster's instance name, once known (configured, or derived from kube-system)."""
 
 
 @dataclass
@@ -39,8 +41,54 @@ class Context(reconciling.Context):
     shared: Shared = reconciling.in_memo(SHARED_KEY)
 
     def owner(self, obj: NetboxDevice | NetboxVirtualMachine) -> str:
-        """The owner value that marks what `obj` holds in NetBox."""
-        return selection.owner_of(self.settings.instance, obj.metadata)
+        """The owner value that marks what `obj` holds in NetBox: under the instance name recorded on it,
+        or, for an object that claimed before names were recorded, the one it claimed under."""
+        recorded = selection.recorded_instance(obj.metadata)
+        return selection.owner_of(
+            recorded or self.settings.instance or selection.LEGACY_INSTANCE, obj.metadata
+        )
+
+    async def settled_owner(
+        self,
+        resource: Resource,
+        obj: NetboxDevice | NetboxVirtualMachine,
+        holds: Callable[[str], Awaitable[object | None]],
+    ) -> str:
+        """The owner value `obj` claims under, recorded on it before anything is claimed with it: the one it
+        already holds something under (`holds`), else this management cluster's instance name."""
+        if selection.recorded_instance(obj.metadata):
+            return self.owner(obj)
+        earlier = self.owner(obj)
+        if await holds(earlier) is not None:
+            instance = earlier.split("/", 1)[0]
+        else:
+            instance = await self.instance()
+        meta = obj.metadata
+        patch = {"metadata": {"annotations": {selection.OWNER_INSTANCE: instance}}}
+        await self.kube.patch(resource, meta["name"], patch, meta["namespace"])
+        return selection.owner_of(instance, meta)
+
+    async def instance(self) -> str:
+        """This management cluster's instance name: the configured one, else one derived from the UID of
+        its kube-system namespace, so two management clusters sharing a NetBox never share a name."""
+        if self.shared.instance is None:
+            configured = self.settings.instance
+            if configured:
+                self.shared.instance = configured
+            else:
+                namespace = await self.kube.get(resources.NAMESPACES, "kube-system")
+                if namespace is None:
+                    raise errors.DependencyMissing(
+                        "namespace kube-system not found", reason="NoClusterIdentity"
+                    )
+                self.shared.instance = selection.derived_instance(namespace["metadata"]["uid"])
+        return self.shared.instance
+
+    async def _derived_instance(self) -> str:
+        namespace = await self.kube.get(resources.NAMESPACES, "kube-system")
+        if namespace is None:
+            raise errors.DependencyMissing("namespace kube-system not found", reason="NoClusterIdentity")
+        return selection.derived_instance(namespace["metadata"]["uid"])
 
     async def devices(self, claim: NetboxDevice) -> Devices:
         ref = claim.spec.connection_secret_ref

@@ -46,7 +46,7 @@ def claimed(device: Record, interfaces: list[Record]) -> tuple[dict[str, Any], U
 async def hold_or_claim(ctx: Context, claim: NetboxDevice) -> tuple[dict[str, Any], Update]:
     """The device this object holds, claiming one first when it holds none; raises to retry."""
     devices = await ctx.devices(claim)
-    owner = ctx.owner(claim)
+    owner = await ctx.settled_owner(RESOURCE, claim, lambda owner: claiming.held(devices, owner))
     device = await claiming.held(devices, owner)
     if device is None:
         spec = claim.spec

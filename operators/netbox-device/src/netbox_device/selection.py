@@ -25,9 +25,25 @@ DEFAULT_FREE_STATUS = "inventory"
 T = TypeVar("T")
 
 
+# The instance name an object claims under is recorded on it (before the claim), so it survives restarts,
+# status loss and clusterctl move to a cluster with another name. Objects that claimed before it was
+# recorded used the configured name, or this one, the old default.
+OWNER_INSTANCE = "netbox.capfleet.dev/owner-instance"
+LEGACY_INSTANCE = "capfleet"
+
+
 def owner_of(instance: str, meta: Mapping[str, Any]) -> str:
     """The owner value of an object: stable across restarts, status loss and clusterctl move."""
     return f"{instance}/{meta['namespace']}/{meta['name']}"
+
+
+def recorded_instance(meta: Mapping[str, Any]) -> str | None:
+    return (meta.get("annotations") or {}).get(OWNER_INSTANCE) or None
+
+
+def derived_instance(cluster_uid: str) -> str:
+    """The default instance name of a management cluster, from its kube-system namespace's UID."""
+    return "capfleet-" + cluster_uid.replace("-", "")[:12]
 
 
 def exact_criteria(selector: DeviceSelector) -> list[tuple[str, str]]:

@@ -27,7 +27,8 @@ def registered(vm_id: int) -> tuple[dict[str, Any], Update]:
 
 async def register(ctx: Context, vm: NetboxVirtualMachine) -> tuple[dict[str, Any], Update]:
     nb = await ctx.machines(vm)
-    return registered(await registering.register(nb, vm.spec, ctx.owner(vm)))
+    owner = await ctx.settled_owner(RESOURCE, vm, lambda owner: registering.held(nb, owner))
+    return registered(await registering.register(nb, vm.spec, owner))
 
 
 async def serve(ctx: Context, body: Mapping[str, Any]) -> None:

@@ -18,24 +18,14 @@ import pytest
 
 from capfleet import resources
 from capfleet_e2e.nodesite import NodeSite
-from capfleet_e2e.tree import KCPS, MACHINE_DEPLOYMENTS
+from capfleet_e2e.tree import MACHINE_DEPLOYMENTS
 from capfleet_e2e.waiting import eventually
 
-# In `make test-full` for now: on the current CI machine kubeadm init misses its fixed 10 s timeout creating
-# CoreDNS's Service in every run (4 of 4), and the init retry has not yet carried one through (README).
+# In `make test-full` for now: on the current CI machine (two cores, TCG) the control plane has not yet
+# stayed up through a worker's join (README), and the suite would not fit CI's budget beside the rest.
 pytestmark = [pytest.mark.integration, pytest.mark.full, pytest.mark.timeout(3600)]
 
-# Under TCG on a slow host kubeadm init can miss its fixed 10 s timeout creating CoreDNS's Service; the
-# template's init retry then re-runs the last phases, which costs minutes.
-CONTROL_PLANE_SECONDS = 1500
 WORKER_POD = "capfleet-drain-probe"
-
-
-def condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
-    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
-        if c.get("type") == kind:
-            return dict(c)
-    return None
 
 
 def probe_pod(node: str, image: str) -> str:
@@ -56,17 +46,13 @@ async def test_vm_cluster_of_real_nodes_joins_drains_and_leaves_nothing(node_sit
     site, kube, ns = node_site, node_site.kube, node_site.namespace
     started = time.monotonic()
     site.apply(site.manifest(WORKER_MACHINE_COUNT="0"))
-    await eventually(
-        "the control plane's Node to be Ready", lambda: site.ready_nodes(1), CONTROL_PLANE_SECONDS, 10
-    )
-    first_ready = time.monotonic() - started
-    await site.scale_workers(1)
+    first_ready = await site.add_workers(1)
     nodes = await eventually("both Nodes to be Ready", lambda: site.ready_nodes(2), 1200, 10)
     both_ready = time.monotonic() - started
     machines = await eventually("both Machines to be Running", lambda: site.running(2), 300, 3)
     print(
-        f"\nkubectl apply → control-plane Node Ready {first_ready:.0f} s;"
-        f" worker added then, both Ready {both_ready:.0f} s"
+        f"\nkubectl apply → control-plane Node Ready and KCP healthy {first_ready:.0f} s;"
+        f" worker added then, both Nodes Ready {both_ready:.0f} s"
     )
 
     # Each Node carries its Machine's provider ID, which the kubelet read from capfleet's meta-data.
@@ -75,15 +61,8 @@ async def test_vm_cluster_of_real_nodes_joins_drains_and_leaves_nothing(node_sit
         assert machine["spec"]["providerID"].startswith("capfleet://vm/")
         assert node_by_provider[machine["spec"]["providerID"]] == machine["status"]["nodeRef"]["name"]
 
-    # KCP's own checks of the real control plane: etcd members and static pods.
-    async def kcp_available() -> dict[str, Any] | None:
-        [kcp] = await kube.list(KCPS, ns)
-        ready = [
-            condition(kcp, c) for c in ("Available", "EtcdClusterHealthy", "ControlPlaneComponentsHealthy")
-        ]
-        return kcp if all(c is not None and c["status"] == "True" for c in ready) else None
-
-    await eventually("KubeadmControlPlane Available with a healthy etcd", kcp_available, 300, 5)
+    # KCP's own checks of the real control plane (etcd members, static pods) still pass with the worker.
+    await eventually("KubeadmControlPlane healthy with the worker", site.control_plane_healthy, 300, 5)
 
     # The API answers at the VIP (kube-vip's static pod holds it), and capfleet's node has no pulls to do.
     assert "kube-vip" in site.workload("get", "pods", "-n", "kube-system", "-o", "name")

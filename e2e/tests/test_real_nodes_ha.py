@@ -263,8 +263,7 @@ async def test_control_plane_scales_to_three_survives_its_vip_node_rolls_and_sca
 async def test_machine_health_check_replaces_a_worker_whose_vm_was_stopped(node_site: NodeSite) -> None:
     site, kube, ns = node_site, node_site.kube, node_site.namespace
     site.apply(site.manifest(WORKER_MACHINE_COUNT="0"))
-    await eventually("the control plane's Node to be Ready", lambda: site.ready_nodes(1), 1500, 10)
-    await site.scale_workers(1)
+    await site.add_workers(1)
     await eventually("both Nodes to be Ready", lambda: site.ready_nodes(2), 1200, 10)
     machines = await eventually("both Machines to be Running", lambda: site.running(2), 300, 3)
     check = {

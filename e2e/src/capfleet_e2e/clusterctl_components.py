@@ -55,8 +55,8 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "CAPFLEET_LOG_FORMAT": ("json", "log format of every operator: json or plain"),
     "CAPFLEET_VERBOSE": ("false", "debug logging of every operator: true or false"),
     "CAPFLEET_INSTANCE_NAME": (
-        "empty",
-        "this management cluster's name in NetBox owner values; empty: derived from its kube-system UID",
+        "auto",
+        "this management cluster's name in NetBox owner values; auto: derived from its kube-system UID",
     ),
 }
 
@@ -124,7 +124,7 @@ def components(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 container, "CAPFLEET_VERBOSE", f"${{CAPFLEET_VERBOSE:={VARIABLES['CAPFLEET_VERBOSE'][0]}}}"
             )
             if operator == "netbox-device":
-                _set_env(container, "CAPFLEET_INSTANCE_NAME", "${CAPFLEET_INSTANCE_NAME:=}")
+                _set_env(container, "CAPFLEET_INSTANCE_NAME", "${CAPFLEET_INSTANCE_NAME:=auto}")
         result.append(obj)
     # Namespace first, as clusterctl orders it too.
     return sorted(result, key=lambda o: o["kind"] != "Namespace")

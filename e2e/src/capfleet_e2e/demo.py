@@ -85,11 +85,10 @@ async def leftovers(site: NodeSite, metal: MetalParts | None) -> list[str]:
 
 
 async def show(site: NodeSite, started: float) -> None:
-    say("Waiting for the control-plane Node (minutes: the VMs run without KVM)...")
-    await eventually("the control plane's Node to be Ready", lambda: site.ready_nodes(1), 1800, 10)
-    say(f"  control-plane Node Ready {time.monotonic() - started:.0f} s after kubectl apply")
-    say(f"$ kubectl scale machinedeployment {CLUSTER}-md-0 -n {NAMESPACE} --replicas=1")
-    await site.scale_workers(1)
+    say("Waiting for the control-plane Node and KCP's checks of it (minutes: the VMs run without KVM)...")
+    await site.add_workers(1)
+    say(f"  control plane Ready and healthy {time.monotonic() - started:.0f} s after kubectl apply")
+    say(f"$ kubectl scale machinedeployment {CLUSTER}-md-0 -n {NAMESPACE} --replicas=1   # done")
     await eventually("both Nodes to be Ready", lambda: site.ready_nodes(2), 1200, 10)
     await eventually("both Machines to be Running", lambda: site.running(2), 600, 3)
     took = time.monotonic() - started

@@ -14,6 +14,7 @@ import ipaddress
 import json
 import re
 import subprocess
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +31,8 @@ from capfleet_e2e.kubebin import HarnessError, Kubectl, repo_root
 from capfleet_e2e.libvirt.hypervisor import Hypervisor, start_hypervisor
 from capfleet_e2e.nodeimage.versions import NodeImageVersions
 from capfleet_e2e.site import OPERATOR_ENV, SITE_LABEL, delete_cluster, register_hypervisor, render
-from capfleet_e2e.tree import MACHINE_DEPLOYMENTS
+from capfleet_e2e.tree import KCPS, MACHINE_DEPLOYMENTS
+from capfleet_e2e.waiting import eventually
 from capfleet_e2e.workload_access import WorkloadAccess
 
 VM_TEMPLATE = Path("deploy") / "clusterctl" / "cluster-template-vm.yaml"
@@ -46,6 +48,7 @@ NODE_OPERATOR_ENV = {
     "libvirt_vm": {**OPERATOR_ENV["libvirt_vm"], "CAPFLEET_VCPU_OVERCOMMIT": "4"},
 }
 StartOperator = Callable[[str, dict[str, str]], object]
+KCP_HEALTH = ("Available", "EtcdClusterHealthy", "ControlPlaneComponentsHealthy")
 # Every minute each guest writes a line of load, free memory and its busiest processes to its serial
 # console (the suites keep those logs as artifacts): what a slow `kubeadm init` was competing with.
 GUEST_STATS = (
@@ -153,6 +156,11 @@ def template_variables(
         "CAPFLEET_KUBEADM_WAIT_SECONDS": "1200",
         "CAPFLEET_LEADER_ELECT_LEASE_DURATION": "120s",
         "CAPFLEET_LEADER_ELECT_RENEW_DEADLINE": "90s",
+        # Each renewal is an etcd write: every 20 s instead of every 2 s (two components).
+        "CAPFLEET_LEADER_ELECT_RETRY_PERIOD": "20s",
+        # Throw-away clusters: a TCG guest's fsync stalls etcd, and with it every API call (lease reads took
+        # 6 s on average in a run whose API server failed its etcd check while a worker booted).
+        "CAPFLEET_ETCD_UNSAFE_NO_FSYNC": "true",
         # The control plane's liveness probes likewise: a guest at load 15 answers /livez late, and kubeadm's
         # 8 x 15 s had the kubelet restart a healthy API server and controller manager in a loop.
         "CAPFLEET_LIVENESS_FAILURE_THRESHOLD": "60",
@@ -213,12 +221,26 @@ class NodeSite:
                 ]
         return yaml.safe_dump_all(documents, sort_keys=False)
 
-    async def scale_workers(self, replicas: int) -> None:
-        """Scale the workers' MachineDeployment. The suites apply the template with no workers and add
-        them once the control plane's Node is Ready: on two cores without KVM, a worker VM booting beside
-        `kubeadm init` starved it past kubeadm's fixed 10 s API timeouts in every run that overlapped."""
+    async def control_plane_healthy(self) -> dict[str, Any] | None:
+        """The KubeadmControlPlane once its own checks of the real control plane pass (Available, etcd
+        members, static pods): Cluster API has connected to the workload cluster and looked at it."""
+        [kcp] = await self.kube.list(KCPS, self.namespace)
+        found = {c.get("type"): c.get("status") for c in (kcp.get("status") or {}).get("conditions") or []}
+        return kcp if all(found.get(c) == "True" for c in KCP_HEALTH) else None
+
+    async def add_workers(self, replicas: int) -> float:
+        """Wait until the control plane's Node is Ready and KCP healthy, then scale the workers'
+        MachineDeployment to `replicas`; returns the seconds waited. The suites apply the template with
+        no workers: on two cores without KVM, a worker VM booting beside `kubeadm init`, or beside Cluster
+        API's first connection to the new cluster, starved the control plane past kubeadm's fixed 10 s
+        timeouts and kube-vip's Lease in every run that overlapped."""
+        started = time.monotonic()
+        await eventually("the control plane's Node to be Ready", lambda: self.ready_nodes(1), 1500, 10)
+        await eventually("KubeadmControlPlane healthy", self.control_plane_healthy, 900, 5)
+        waited = time.monotonic() - started
         patch = {"spec": {"replicas": replicas}}
         await self.kube.patch(MACHINE_DEPLOYMENTS, f"{self.cluster_name}-md-0", patch, self.namespace)
+        return waited
 
     def api_ready(self) -> bool:
         """Whether the workload API answers /readyz at its endpoint (through the relay to the VIP)."""

@@ -193,7 +193,7 @@ async def test_a_claim_writes_the_device_and_a_ready_naming_it() -> None:
 
 async def test_without_a_configured_name_claims_are_under_one_derived_from_the_cluster() -> None:
     netbox = OneDevice()
-    ctx, kube = context(netbox, instance="")
+    ctx, kube = context(netbox, instance="auto")
     await device_claims.serve(ctx, claim())
     assert kube.annotations == [{OWNER_INSTANCE: "capfleet-0c4b2f6e93a1"}]
     assert netbox.device["custom_fields"][OWNER_FIELD] == "capfleet-0c4b2f6e93a1/ns/m0"

@@ -43,10 +43,9 @@ class Context(reconciling.Context):
     def owner(self, obj: NetboxDevice | NetboxVirtualMachine) -> str:
         """The owner value that marks what `obj` holds in NetBox: under the instance name recorded on it,
         or, for an object that claimed before names were recorded, the one it claimed under."""
-        recorded = selection.recorded_instance(obj.metadata)
-        return selection.owner_of(
-            recorded or self.settings.instance or selection.LEGACY_INSTANCE, obj.metadata
-        )
+        configured = "" if self.settings.instance == selection.DERIVED else self.settings.instance
+        instance = selection.recorded_instance(obj.metadata) or configured or selection.LEGACY_INSTANCE
+        return selection.owner_of(instance, obj.metadata)
 
     async def settled_owner(
         self,
@@ -73,15 +72,8 @@ class Context(reconciling.Context):
         its kube-system namespace, so two management clusters sharing a NetBox never share a name."""
         if self.shared.instance is None:
             configured = self.settings.instance
-            if configured:
-                self.shared.instance = configured
-            else:
-                namespace = await self.kube.get(resources.NAMESPACES, "kube-system")
-                if namespace is None:
-                    raise errors.DependencyMissing(
-                        "namespace kube-system not found", reason="NoClusterIdentity"
-                    )
-                self.shared.instance = selection.derived_instance(namespace["metadata"]["uid"])
+            derive = configured in {"", selection.DERIVED}
+            self.shared.instance = await self._derived_instance() if derive else configured
         return self.shared.instance
 
     async def _derived_instance(self) -> str:

@@ -30,6 +30,8 @@ T = TypeVar("T")
 # recorded used the configured name, or this one, the old default.
 OWNER_INSTANCE = "netbox.capfleet.dev/owner-instance"
 LEGACY_INSTANCE = "capfleet"
+DERIVED = "auto"
+"""CAPFLEET_INSTANCE_NAME's value (like empty) for a name derived from the management cluster."""
 
 
 def owner_of(instance: str, meta: Mapping[str, Any]) -> str:

@@ -88,7 +88,7 @@ async def show(site: NodeSite, started: float) -> None:
     say("Waiting for the control-plane Node and KCP's checks of it (minutes: the VMs run without KVM)...")
     await site.add_workers(1)
     say(f"  control plane Ready and healthy {time.monotonic() - started:.0f} s after kubectl apply")
-    say(f"$ kubectl scale machinedeployment {CLUSTER}-md-0 -n {NAMESPACE} --replicas=1   # done")
+    say(f"  worker added, as by: kubectl scale machinedeployment {CLUSTER}-md-0 -n {NAMESPACE} --replicas=1")
     await eventually("both Nodes to be Ready", lambda: site.ready_nodes(2), 1200, 10)
     await eventually("both Machines to be Running", lambda: site.running(2), 600, 3)
     took = time.monotonic() - started

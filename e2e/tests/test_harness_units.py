@@ -6,6 +6,7 @@ They run in the unit suite, so a broken harness shows up before any integration 
 from __future__ import annotations
 
 import ipaddress
+import os
 import stat
 import subprocess
 import sys
@@ -16,7 +17,13 @@ import yaml
 from cryptography import x509
 
 from capfleet_e2e.crds import kustomization_labels
-from capfleet_e2e.nodesite import GUEST_STATS, readyz_failure, with_guest_stats
+from capfleet_e2e.nodesite import (
+    GUEST_STATS,
+    WORKER_NICENESS,
+    lower_worker_priority,
+    readyz_failure,
+    with_guest_stats,
+)
 from capfleet_e2e.pki import generate_pki
 from capfleet_e2e.processes import Component, ComponentError, wait_for
 
@@ -102,3 +109,28 @@ def test_guest_stats_run_first_on_control_planes_and_workers_and_parse_as_shell(
     assert workers["spec"]["template"]["spec"]["preKubeadmCommands"] == [GUEST_STATS]
     assert cluster == {"kind": "Cluster", "spec": {}}
     subprocess.run(["sh", "-n", "-c", GUEST_STATS], check=True)
+
+
+def test_lab_qemus_other_than_control_planes_are_reniced_thread_by_thread(tmp_path: Path) -> None:
+    qemu = tmp_path / "qemu-system-x86_64"
+    qemu.symlink_to(sys.executable)
+    threads = (
+        "import threading, time; threading.Thread(target=time.sleep, args=(30,)).start(); time.sleep(30)"
+    )
+    worker, control_plane = (
+        subprocess.Popen([str(qemu), "-c", threads, "-name", f"guest=ns_c-{role}-x1,debug-threads=on"])
+        for role in ("md-0-abc", "control-plane")
+    )
+    try:
+        worker_tasks = Path(f"/proc/{worker.pid}/task")
+        wait_for("the worker's second thread", lambda: len(list(worker_tasks.iterdir())) == 2 or None, 10)
+        done: set[int] = set()
+        lower_worker_priority(done)
+        tasks = [int(t.name) for t in worker_tasks.iterdir()]
+        assert [os.getpriority(os.PRIO_PROCESS, t) for t in tasks] == [WORKER_NICENESS] * 2
+        assert set(tasks) <= done
+        assert os.getpriority(os.PRIO_PROCESS, control_plane.pid) == 0
+    finally:
+        for process in (worker, control_plane):
+            process.kill()
+            process.wait()

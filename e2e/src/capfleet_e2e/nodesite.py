@@ -9,9 +9,11 @@ render with clusterctl. `NodeLab` is the session-wide part, `open_node_site` the
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ipaddress
 import json
+import os
 import re
 import subprocess
 import time
@@ -293,6 +295,54 @@ class NodeSite:
         ]
 
 
+# The lab's hypervisors and bare-metal servers all run on this machine's two cores; in a data centre each
+# would have its own. Control-plane VMs keep their share: every other lab QEMU (worker VMs, bare-metal
+# servers) runs at this niceness, so a node booting or writing its image beside the control plane cannot
+# starve the API server, etcd and kube-vip that its own join depends on.
+WORKER_NICENESS = 10
+
+
+def lower_worker_priority(done: set[int]) -> None:
+    """Renice every thread of every lab QEMU that is not a control-plane VM (those in `done` excepted)."""
+    for process in Path("/proc").iterdir():
+        if not process.name.isdigit():
+            continue
+        try:
+            argv = (process / "cmdline").read_bytes().split(b"\0")
+            tasks = [int(task.name) for task in (process / "task").iterdir()]
+        except OSError:
+            continue  # gone meanwhile
+        if not argv[0].endswith(b"qemu-system-x86_64"):
+            continue
+        guest = next((a for a in argv if a.startswith(b"guest=")), b"")
+        if b"-control-plane-" in guest:
+            continue
+        for task in tasks:
+            if task not in done:
+                with contextlib.suppress(OSError):
+                    os.setpriority(os.PRIO_PROCESS, task, WORKER_NICENESS)
+                done.add(task)
+
+
+@contextlib.asynccontextmanager
+async def control_planes_first(interval: float = 2.0) -> AsyncIterator[None]:
+    """While inside, lab QEMUs other than control-plane VMs are reniced as they appear."""
+    done: set[int] = set()
+
+    async def keep_lowering() -> None:
+        while True:
+            await asyncio.to_thread(lower_worker_priority, done)
+            await asyncio.sleep(interval)
+
+    task = asyncio.create_task(keep_lowering())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 def with_guest_stats(manifest: str) -> str:
     """`manifest` whose control-plane and worker nodes run GUEST_STATS first."""
     documents = [d for d in yaml.safe_load_all(manifest) if d]
@@ -358,7 +408,8 @@ async def open_node_site(
             operators,
         )
         try:
-            yield site
+            async with control_planes_first():
+                yield site
         finally:
             await site.delete_cluster()
     finally:

@@ -25,7 +25,7 @@ import yaml
 
 from capfleet import resources
 from capfleet.api import kinds
-from capfleet_e2e.nodesite import NodeSite
+from capfleet_e2e.nodesite import HA_VIP_LEASE, NodeSite
 from capfleet_e2e.tree import KCPS
 from capfleet_e2e.waiting import eventually
 
@@ -182,7 +182,9 @@ async def test_control_plane_scales_to_three_survives_its_vip_node_rolls_and_sca
     node_site: NodeSite,
 ) -> None:
     site, kube, ns = node_site, node_site.kube, node_site.namespace
-    manifest = site.manifest(CONTROL_PLANE_MACHINE_COUNT="1", WORKER_MACHINE_COUNT="0", **SLOW_ETCD)
+    manifest = site.manifest(
+        CONTROL_PLANE_MACHINE_COUNT="1", WORKER_MACHINE_COUNT="0", **SLOW_ETCD, **HA_VIP_LEASE
+    )
     site.apply(site.with_failure_domains(manifest))
     await eventually("the first control-plane Node", lambda: site.ready_nodes(1), 1200, 10)
     kcp_name = f"{site.cluster_name}-control-plane"

@@ -51,6 +51,17 @@ NODE_OPERATOR_ENV = {
 }
 StartOperator = Callable[[str, dict[str, str]], object]
 KCP_HEALTH = ("Available", "EtcdClusterHealthy", "ControlPlaneComponentsHealthy")
+LONE_VIP_LEASE = {
+    "CAPFLEET_VIP_LEASE_SECONDS": "120",
+    "CAPFLEET_VIP_RENEW_DEADLINE_SECONDS": "90",
+    "CAPFLEET_VIP_RETRY_PERIOD_SECONDS": "10",
+}
+# The VIP moves within 30 s + 4 s of its holder's loss, inside the HA suite's 45 s bound.
+HA_VIP_LEASE = {
+    "CAPFLEET_VIP_LEASE_SECONDS": "30",
+    "CAPFLEET_VIP_RENEW_DEADLINE_SECONDS": "20",
+    "CAPFLEET_VIP_RETRY_PERIOD_SECONDS": "4",
+}
 # Every minute each guest writes a line of load, free memory and its busiest processes to its serial
 # console (the suites keep those logs as artifacts): what a slow `kubeadm init` was competing with.
 GUEST_STATS = (
@@ -169,11 +180,11 @@ def template_variables(
         "CAPFLEET_STARTUP_FAILURE_THRESHOLD": "120",
         "CAPFLEET_PROBE_TIMEOUT_SECONDS": "60",
         "CAPFLEET_API_SERVER_READINESS_PERIOD_SECONDS": "10",
-        # kube-vip's Lease likewise (its VIP moves within 30 s + 4 s, inside the HA suite's 45 s bound): on
-        # a busy host the defaults (15/10/2 s) let the only control plane drop its own VIP mid-init.
-        "CAPFLEET_VIP_LEASE_SECONDS": "30",
-        "CAPFLEET_VIP_RENEW_DEADLINE_SECONDS": "20",
-        "CAPFLEET_VIP_RETRY_PERIOD_SECONDS": "4",
+        # kube-vip exits when it misses a renewal (a panic in OnStoppedLeading) and the kubelet restarts it
+        # with a growing back-off, the VIP gone meanwhile: under TCG lease writes took up to 45 s, and with
+        # 30/20/4 s a lone control plane lost its VIP while its API server answered. With nobody to fail
+        # over to, long leases cost nothing; the HA suite sets HA_VIP_LEASE for its failover bound.
+        **LONE_VIP_LEASE,
         # Sized for QEMU without KVM on a 2-core machine: kubeadm's minimum for a control plane.
         "CAPFLEET_CONTROL_PLANE_VCPUS": "2",
         "CAPFLEET_CONTROL_PLANE_MEMORY_MIB": "2048",

@@ -63,3 +63,13 @@ async def test_admit_resolves_names_and_raises_a_refusal() -> None:
     with pytest.raises(errors.InvalidSpec) as plain:
         await bmcpolicy.admit(given("redfish+http://127.0.0.1/redfish/v1/Systems/1"))
     assert plain.value.reason == bmcpolicy.REFUSED
+
+
+async def test_a_host_that_does_not_resolve_is_retried_not_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def nothing(host: str) -> list[str]:  # a name DNS does not know (without asking any DNS server)
+        return []
+
+    monkeypatch.setattr(bmcpolicy, "resolve", nothing)
+    with pytest.raises(errors.BackendUnavailable) as later:
+        await bmcpolicy.admit(given("ipmi://bmc-7.example", addressCIDRs=["10.0.0.0/8"]))
+    assert later.value.reason == "BMCAddressUnresolved"

@@ -5,7 +5,8 @@ there chooses where the password goes. Before the credentials Secret is even rea
 protocol that does not send them in the clear (Redfish over HTTPS, or IPMI's RMCP+; `redfish+http` only
 when the HybridCluster opts in) and, when the cluster lists `bmcAddressCIDRs`, its host must resolve only
 to addresses inside them. A refusal is InvalidSpec with reason `BMCAddressRefused`: the instance shows it
-as its Ready condition and an Event, and nothing is retried until the spec changes.
+as its Ready condition and an Event, and nothing is retried until the spec changes (a host name that does
+not resolve is retried, as an unreachable BMC is).
 """
 
 from __future__ import annotations
@@ -71,6 +72,9 @@ async def admit(given: BMC) -> None:
     """Raise InvalidSpec (reason BMCAddressRefused) unless the credentials may be sent to `given`."""
     host = host_of(given.address)
     resolved = await resolve(host) if given.address_cidrs else []
+    if given.address_cidrs and not resolved:
+        # A name that does not resolve now may later (DNS being down is no reason to give up).
+        raise errors.BackendUnavailable(f"BMC host {host} does not resolve", reason="BMCAddressUnresolved")
     reason = refusal(given, resolved)
     if reason is not None:
         raise errors.InvalidSpec(reason, reason=REFUSED)

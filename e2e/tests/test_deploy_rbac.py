@@ -4,7 +4,8 @@ The operators' scenarios (operators/*/tests/test_rbac.py) prove that the bases g
 checks prove they grant no more than the design needs:
 
 - no operator can list or watch Secrets anywhere; only those whose objects reference Secrets by name
-  (NetBox connections, BMC credentials, SSH keys, bootstrap data) can `get` one;
+  (NetBox connections, BMC credentials, SSH keys, bootstrap data) can `get` one, and `patch` it (to put
+  and take off their own finalizers, `capfleet.secretholds`); none can create, update or delete one;
 - no operator can write a CRD, or the status of another operator's kinds, and only the glue writes
   another operator's objects: exactly the intermediate kinds it creates (DESIGN.md §1);
 - each operator reads and renews only its own leader-election Lease, in capfleet-system only;
@@ -73,7 +74,7 @@ def secret_rules(operator: str) -> dict[Access, bool]:
         expected[(user, verb, "", "secrets", "")] = False
         expected[(user, verb, "", "secrets", "default")] = False
     for verb in WRITE_VERBS:
-        expected[(user, verb, "", "secrets", "default")] = False
+        expected[(user, verb, "", "secrets", "default")] = verb == "patch" and operator in READS_SECRETS
     expected[(user, "get", "", "secrets", "default")] = operator in READS_SECRETS
     return expected
 
@@ -99,7 +100,7 @@ def ownership_rules(operator: str) -> dict[Access, bool]:
 
 
 @pytest.mark.parametrize("operator", OPERATORS)
-def test_secrets_are_read_only_by_name_and_only_where_the_design_needs_it(
+def test_secrets_are_read_by_name_and_held_only_where_the_design_needs_it(
     admin: Kubectl, operator: str
 ) -> None:
     expected = secret_rules(operator)

@@ -165,7 +165,8 @@ async def quiet_window(site: HybridSite, offset: int, seconds: float = 15.0) -> 
 async def test_each_operator_killed_once_mid_provisioning_and_the_flow_completes_without_duplicates(
     site: HybridSite,
 ) -> None:
-    """Every operator is SIGKILLed once at the moment it has work in flight, and restarted."""
+    """Every operator is SIGKILLed once at the moment it has work in flight, and restarted; then the whole
+    namespace is deleted with the cluster live, and nothing is left behind."""
     kube, ns = site.kube, site.namespace
     site.apply(site.manifest())
 
@@ -213,6 +214,17 @@ async def test_each_operator_killed_once_mid_provisioning_and_the_flow_completes
     [server] = (await site.claimed_servers()).values()
     assert server.serial_output().count("init started (network boot)") == 1, "the server booted twice"
     assert_no_forbidden_requests(site)
+
+    # `kubectl delete namespace` with the cluster live: the NetBox, BMC and hypervisor SSH Secrets go with
+    # everything else, yet each stays until its last user has given back what it holds outside.
+    await site.delete_namespace()
+    assert domains_of(site.hypervisor, ns) == []
+    devices = [d for d in site.netbox.client.list_all("dcim/devices/") if d["name"] in ours]
+    assert [d["name"] for d in devices if (d.get("custom_fields") or {}).get("capfleet_owner")] == []
+    vm_cluster = site.variables["NETBOX_VM_CLUSTER"]
+    vms = site.netbox.client.list_all("virtualization/virtual-machines/")
+    assert [vm["name"] for vm in vms if (vm.get("cluster") or {}).get("name") == vm_cluster] == []
+    assert server.power_state() == "Off"
 
 
 def _report(site: HybridSite) -> Callable[[], Awaitable[str | None]]:

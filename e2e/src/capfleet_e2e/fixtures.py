@@ -43,9 +43,10 @@ async def namespace(kube: Kube, request: pytest.FixtureRequest) -> AsyncIterator
     await release_leftovers(kube, name)
 
 
-# What may hold a finalizer in a test's namespace: capfleet's kinds and the Cluster API objects around them.
+# What may carry a finalizer in a test's namespace: capfleet's kinds, held Secrets, CAPI objects around them.
 HELD: tuple[resources.Resource, ...] = (
     *(kind.resource for kind in kinds.ALL if kind.resource.namespaced),
+    resources.SECRETS,  # held by capfleet objects (capfleet.secretholds)
     resources.CAPI_CLUSTERS,
     resources.CAPI_MACHINES,
     resources.IP_ADDRESS_CLAIMS,

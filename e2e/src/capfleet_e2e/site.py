@@ -302,6 +302,27 @@ async def delete_cluster(kube: Kube, name: str, namespace: str, within: float) -
     await eventually(f"Cluster {name} to be deleted", gone, within, interval=1)
 
 
+async def delete_namespace(kube: Kube, namespace: str, within: float) -> None:
+    """`kubectl delete namespace` and wait until it is gone; on time-out, name what still holds it."""
+    await kube.delete(resources.NAMESPACES, namespace)
+
+    async def gone() -> bool:
+        return await kube.get(resources.NAMESPACES, namespace) is None
+
+    try:
+        await eventually(f"namespace {namespace} to be deleted", gone, within, interval=1)
+    except AssertionError as exc:
+        held = []
+        for resource in (
+            resources.SECRETS,
+            *(kind.resource for kind in kinds.ALL if kind.resource.namespaced),
+        ):
+            for obj in await kube.list(resource, namespace):
+                if obj["metadata"].get("finalizers"):
+                    held.append(f"{resource.kind} {obj['metadata']['name']}: {obj['metadata']['finalizers']}")
+        raise AssertionError(f"{exc}; still there: {held}") from exc
+
+
 CONTROL_PLANE_LABEL = "cluster.x-k8s.io/control-plane"
 CALLBACK_PATH = "/control-plane"
 StartOperator = Callable[[str, dict[str, str]], object]
@@ -381,6 +402,9 @@ class HybridSite:
 
     async def delete_cluster(self, within: float = 300) -> None:
         await delete_cluster(self.kube, self.cluster_name, self.namespace, within)
+
+    async def delete_namespace(self, within: float = 300) -> None:
+        await delete_namespace(self.kube, self.namespace, within)
 
 
 @contextlib.asynccontextmanager

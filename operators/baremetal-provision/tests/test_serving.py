@@ -51,7 +51,13 @@ class FakeKube(Kube):
         return {"data": {"value": base64.b64encode(b"#cloud-config\n").decode()}}
 
     async def patch(
-        self, resource: Resource, name: str, patch: dict[str, Any], namespace: str | None = None
+        self,
+        resource: Resource,
+        name: str,
+        patch: dict[str, Any],
+        namespace: str | None = None,
+        *,
+        strategic: bool = False,
     ) -> dict[str, Any] | None:
         if patch["metadata"].get("resourceVersion", str(self.version)) != str(self.version):
             raise Conflict(409, "Conflict", "the object has been modified")

@@ -9,10 +9,20 @@ from __future__ import annotations
 
 import pytest
 from ipam_helpers import ADDRESSES, CLAIMS, bound_address, create_claim, create_pool, gone, pool_ref, ready
+from netbox_setup import (
+    create_connection_secret,
+    create_netbox_pool,
+    create_prefixes,
+    ensure_owner_field_and_tag,
+    owned_ips,
+)
 
+from capfleet import resources
 from capfleet.kube import Kube
 from capfleet_e2e.controlplane import Cluster
+from capfleet_e2e.netbox.fixtures import NetboxInstance
 from capfleet_e2e.serviceaccounts import RunOperatorAs, forbidden_requests
+from capfleet_e2e.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -35,3 +45,36 @@ async def test_claim_is_bound_with_only_the_base_rbac(
     await gone(kube, CLAIMS, "c1", namespace)
     await gone(kube, ADDRESSES, "c1", namespace)
     assert forbidden_requests(control_plane, "ipam-address") == []
+
+
+async def test_deleting_the_namespace_releases_netbox_ips_before_the_pool_and_its_secret_go(
+    kube: Kube,
+    namespace: str,
+    control_plane: Cluster,
+    run_operator_as: RunOperatorAs,
+    netbox: NetboxInstance,
+) -> None:
+    """The NetboxIPPool holds its connection Secret (a finalizer of its own) and is deleted only once no
+    address of it is left, so `kubectl delete namespace` releases every NetBox IP and completes."""
+    ensure_owner_field_and_tag(netbox)
+    prefixes = create_prefixes(netbox, 65)
+    await create_connection_secret(kube, namespace, netbox)
+    await create_netbox_pool(kube, namespace, "nb", [prefixes.small])
+    run_operator_as("ipam_address", "ipam-address", namespaces=[namespace])
+    for name in ("c1", "c2"):
+        await create_claim(kube, namespace, name, pool_ref("nb", "NetboxIPPool"))
+        await bound_address(kube, namespace, name)
+    assert set(owned_ips(netbox, prefixes.vrf_id)) == {f"{namespace}/c1@nb", f"{namespace}/c2@nb"}
+    secret = await kube.get(resources.SECRETS, "netbox", namespace)
+    assert secret is not None
+    assert secret["metadata"]["finalizers"] == [f"{namespace}.netboxippool.holds.capfleet.dev/nb"]
+
+    await kube.delete(resources.NAMESPACES, namespace)
+
+    async def namespace_gone() -> bool:
+        return await kube.get(resources.NAMESPACES, namespace) is None
+
+    await eventually("the namespace to be deleted", namespace_gone, within=120)
+    assert owned_ips(netbox, prefixes.vrf_id) == {}
+    # Events cannot be created in a terminating namespace: those refusals are the only ones allowed.
+    assert [r for r in forbidden_requests(control_plane, "ipam-address") if "/events" not in r] == []

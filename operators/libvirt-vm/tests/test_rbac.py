@@ -2,9 +2,9 @@
 
 The operator runs with a TokenRequest token of capfleet-libvirt-vm-manager, bound only to the ClusterRole
 that deploy/overlays/libvirt-vm renders. It must reach a real hypervisor (reading the SSH key and
-known_hosts Secrets by name), place one VM, read its bootstrap-data Secret, run it and delete it again:
-if the base lacks a permission the VM never gets Ready (or the apiserver's audit log shows a 403), and
-the test fails. One VM only: these are slow.
+known_hosts Secrets by name), place one VM, read its bootstrap-data Secret, run it, hold the SSH Secret
+and delete it again with its namespace: if the base lacks a permission the VM never gets Ready (or the
+apiserver's audit log shows a 403), and the test fails. One VM only: these are slow.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from libvirt_vm_helpers import (
     wait_condition,
 )
 
+from capfleet import resources
 from capfleet.kube import Kube
 from capfleet_e2e.callbacks import Callbacks
 from capfleet_e2e.controlplane import Cluster
@@ -28,6 +29,7 @@ from capfleet_e2e.libvirt.hypervisor import Hypervisor
 from capfleet_e2e.libvirt.image import TestImage
 from capfleet_e2e.serviceaccounts import RunOperatorAs, forbidden_requests
 from capfleet_e2e.site import ensure_base_image, remove_base_image
+from capfleet_e2e.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -54,9 +56,22 @@ async def test_vm_runs_with_only_the_base_rbac(
         assert vm["status"]["state"] == "running"
         assert vm["status"]["providerID"] == f"capfleet://vm/{hv_name}/{domain}"
         assert leftovers(hv, namespace)[0] == [domain]
+        # The VM holds its hypervisor's SSH Secret: `kubectl delete namespace` (the Secret with it) still
+        # removes the domain and its volumes, then lets the Secret and the namespace go.
+        secret = await kube.get(resources.SECRETS, hv_name, namespace)
+        assert secret is not None
+        assert secret["metadata"]["finalizers"] == [f"{namespace}.libvirtvm.holds.capfleet.dev/vm1"]
+        await kube.delete(resources.NAMESPACES, namespace)
+
+        async def namespace_gone() -> bool:
+            return await kube.get(resources.NAMESPACES, namespace) is None
+
+        await eventually("the namespace to be deleted", namespace_gone, within=120)
+        assert leftovers(hv, namespace) == ([], [])
     finally:
         await delete_all(kube, namespace, [hv_name])
         remove_base_image(hv)
         callbacks.close()
     assert leftovers(hv, namespace) == ([], [])
-    assert forbidden_requests(control_plane, "libvirt-vm") == []
+    # Events cannot be created in a terminating namespace: those refusals are the only ones allowed.
+    assert [r for r in forbidden_requests(control_plane, "libvirt-vm") if "/events" not in r] == []

@@ -140,3 +140,29 @@ def without_times(status: dict[str, Any]) -> dict[str, Any]:
         {k: v for k, v in c.items() if k != "lastTransitionTime"} for c in status.get("conditions") or []
     ]
     return {**status, "conditions": conds}
+
+
+def vm_body(netbox: NetboxInstance, name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": MACHINES.api_version,
+        "kind": "NetboxVirtualMachine",
+        "metadata": {"name": name},
+        "spec": {
+            "connectionSecretRef": {"name": "netbox"},
+            "name": netbox.client.unique(name),
+            "cluster": netbox.client.unique("kvm1"),
+            "tenant": netbox.client.unique("acme"),
+            "vcpus": 2,
+            "memoryMiB": 4096,
+            "diskGiB": 20,
+            "interfaces": [
+                {
+                    "name": "eth0",
+                    "macAddress": "52:54:00:aa:00:01",
+                    "addresses": ["10.77.0.5/24", "2001:db8::5/64"],
+                },
+                {"name": "eth1", "macAddress": "52:54:00:aa:00:02", "addresses": ["10.78.0.9/24"]},
+            ],
+            **spec,
+        },
+    }

@@ -11,16 +11,19 @@ from __future__ import annotations
 import pytest
 from netbox_device_helpers import (
     DEVICES,
+    MACHINES,
     OPERATOR_ENV,
     create_connection_secret,
     create_device_claim,
     owned_devices,
     seed_inventory,
+    vm_body,
     wait_reason,
 )
 
 from capfleet import resources
 from capfleet.kube import Kube
+from capfleet.secretholds import HELD_ANNOTATION
 from capfleet_e2e.controlplane import Cluster
 from capfleet_e2e.netbox.fixtures import NetboxInstance
 from capfleet_e2e.serviceaccounts import RunOperatorAs, forbidden_requests
@@ -60,3 +63,48 @@ async def test_device_is_claimed_and_released_with_only_the_base_rbac(
 
     await eventually("m0 deleted and its device released", released)
     assert forbidden_requests(control_plane, "netbox-device") == []
+
+
+async def test_deleting_the_namespace_releases_the_device_and_the_vm_record_before_the_secret_goes(
+    kube: Kube,
+    namespace: str,
+    control_plane: Cluster,
+    run_operator_as: RunOperatorAs,
+    netbox: NetboxInstance,
+) -> None:
+    """`kubectl delete namespace` deletes the connection Secret along with its users: the users' finalizers
+    on it keep it (readable) until they have given back what they hold in NetBox, so the namespace goes
+    and NetBox is left clean. Under the operator's own RBAC."""
+    seed_inventory(netbox, 1)
+    netbox.seed(
+        {"cluster_types": [{"name": "kvm", "slug": "kvm"}], "clusters": [{"name": "kvm1", "type": "kvm"}]}
+    )
+    await create_connection_secret(kube, namespace, netbox)
+    run_operator_as("netbox_device", "netbox-device", namespaces=[namespace], env=OPERATOR_ENV)
+    await create_device_claim(kube, netbox, namespace, "m0")
+    await kube.create(MACHINES, vm_body(netbox, "vm1"), namespace)
+    await wait_reason(kube, DEVICES, namespace, "m0", "Claimed")
+    registered = await wait_reason(kube, MACHINES, namespace, "vm1", "Registered")
+    vm_id = registered["status"]["virtualMachineID"]
+
+    secret = await kube.get(resources.SECRETS, "netbox", namespace)
+    assert secret is not None
+    assert sorted(secret["metadata"]["finalizers"]) == [
+        f"{namespace}.netboxdevice.holds.capfleet.dev/m0",
+        f"{namespace}.netboxvirtualmachine.holds.capfleet.dev/vm1",
+    ]
+    assert registered["metadata"]["annotations"][HELD_ANNOTATION] == f"{namespace}/netbox"
+
+    await kube.delete(resources.NAMESPACES, namespace)
+
+    async def namespace_gone() -> bool:
+        return await kube.get(resources.NAMESPACES, namespace) is None
+
+    await eventually("the namespace to be deleted", namespace_gone, within=120)
+    assert owned_devices(netbox) == {}
+    assert netbox.client.list_all("virtualization/virtual-machines/", id=vm_id) == []
+    for address in ("10.77.0.5", "2001:db8::5", "10.78.0.9"):
+        assert netbox.client.list_all("ipam/ip-addresses/", address=address) == [], address
+    # Events cannot be created in a terminating namespace: those refusals are the only ones allowed.
+    refused = [r for r in forbidden_requests(control_plane, "netbox-device") if "/events" not in r]
+    assert refused == []

@@ -16,6 +16,7 @@ from capfleet import errors, events, pausing
 from capfleet.api.base import ConnectionSecretReference
 from capfleet.kube import Kube
 from capfleet.resources import Resource
+from capfleet.secretholds import Holder
 from netbox_device import device_claims, vm_serving
 from netbox_device.backends.devices import Devices
 from netbox_device.backends.machines import Machines
@@ -110,10 +111,10 @@ class FakeClients(Clients):
         super().__init__()
         self.netbox, self.vms = netbox, machines or FakeMachines()
 
-    async def devices(self, kube: Kube, namespace: str, ref: ConnectionSecretReference) -> Devices:
+    async def devices(self, kube: Kube, holder: Holder, ref: ConnectionSecretReference) -> Devices:
         return self.netbox
 
-    async def machines(self, kube: Kube, namespace: str, ref: ConnectionSecretReference) -> Machines:
+    async def machines(self, kube: Kube, holder: Holder, ref: ConnectionSecretReference) -> Machines:
         return self.vms
 
 
@@ -129,8 +130,10 @@ class FakeKube:
         self.events: list[tuple[str, str]] = []
         self.annotations: list[dict[str, str]] = []
 
-    async def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
-        assert (resource.plural, name) == ("namespaces", "kube-system")
+    async def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        if resource.plural != "namespaces":
+            return None  # a deleted object, read again as its deletion lets go of its Secret
+        assert name == "kube-system"
         return {"metadata": {"name": name, "uid": self.CLUSTER_UID}}
 
     async def patch(

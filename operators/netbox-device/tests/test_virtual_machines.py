@@ -15,6 +15,7 @@ from netbox_device_helpers import (
     create_connection_secret,
     ensure_custom_fields,
     ready,
+    vm_body,
     wait_reason,
     without_times,
 )
@@ -25,32 +26,6 @@ from capfleet_e2e.netbox.fixtures import NetboxInstance
 from capfleet_e2e.waiting import eventually
 
 pytestmark = pytest.mark.integration
-
-
-def vm_body(netbox: NetboxInstance, name: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": MACHINES.api_version,
-        "kind": "NetboxVirtualMachine",
-        "metadata": {"name": name},
-        "spec": {
-            "connectionSecretRef": {"name": "netbox"},
-            "name": netbox.client.unique(name),
-            "cluster": netbox.client.unique("kvm1"),
-            "tenant": netbox.client.unique("acme"),
-            "vcpus": 2,
-            "memoryMiB": 4096,
-            "diskGiB": 20,
-            "interfaces": [
-                {
-                    "name": "eth0",
-                    "macAddress": "52:54:00:aa:00:01",
-                    "addresses": ["10.77.0.5/24", "2001:db8::5/64"],
-                },
-                {"name": "eth1", "macAddress": "52:54:00:aa:00:02", "addresses": ["10.78.0.9/24"]},
-            ],
-            **spec,
-        },
-    }
 
 
 @pytest.mark.parametrize("netbox", ["4.1.0", "4.6.0"], indirect=True)

@@ -26,6 +26,7 @@ Propagation = Literal["Foreground", "Background", "Orphan"]
 
 _JSON = {200: "object", 201: "object", 202: "object"}
 _MERGE_PATCH = "application/merge-patch+json"
+_STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 _APPLY_PATCH = "application/apply-patch+yaml"
 # Unknown or duplicate fields are refused, not silently pruned: a misspelt key is an error, not a no-op.
 _STRICT = {"fieldValidation": "Strict"}
@@ -184,10 +185,18 @@ class Kube:
             return existing, False
 
     async def patch(
-        self, resource: Resource, name: str, patch: Obj, namespace: str | None = None
+        self,
+        resource: Resource,
+        name: str,
+        patch: Obj,
+        namespace: str | None = None,
+        *,
+        strategic: bool = False,
     ) -> Obj | None:
-        """JSON merge patch; None when the object does not exist."""
-        return await self._patch(resource.path(namespace, name), patch)
+        """JSON merge patch (strategic merge patch for built-in kinds, which adds to and removes from lists
+        such as finalizers without replacing them); None when the object does not exist."""
+        content_type = _STRATEGIC_MERGE_PATCH if strategic else _MERGE_PATCH
+        return await self._patch(resource.path(namespace, name), patch, content_type)
 
     async def patch_status(
         self, resource: Resource, name: str, status: Obj, namespace: str | None = None
@@ -195,9 +204,9 @@ class Kube:
         """Merge-patch the status subresource; None when the object does not exist."""
         return await self._patch(resource.path(namespace, name, "status"), {"status": status})
 
-    async def _patch(self, path: str, patch: Obj) -> Obj | None:
+    async def _patch(self, path: str, patch: Obj, content_type: str = _MERGE_PATCH) -> Obj | None:
         try:
-            return await self._call("PATCH", path, body=patch, query=_STRICT, content_type=_MERGE_PATCH)
+            return await self._call("PATCH", path, body=patch, query=_STRICT, content_type=content_type)
         except KubeError as exc:
             if exc.status == 404:
                 return None

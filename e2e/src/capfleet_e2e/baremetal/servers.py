@@ -9,7 +9,11 @@ Tests see a `BareMetalServer`: what an operator's BaremetalInstance would be giv
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
+import ssl
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +55,14 @@ class BareMetalServer:
     def bmc_address(self) -> str:
         """The BMC address in a BaremetalInstance's form (`redfish+https://...`)."""
         return f"redfish+{self.redfish_url}"
+
+    def power_state(self) -> str:
+        """What the BMC reports now (`On`, `Off`), asked over Redfish with its CA, as an operator would."""
+        credentials = base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
+        request = urllib.request.Request(self.redfish_url, headers={"Authorization": f"Basic {credentials}"})
+        context = ssl.create_default_context(cafile=str(self.ca_cert))
+        with urllib.request.urlopen(request, context=context, timeout=10) as response:
+            return str(json.load(response)["PowerState"])
 
     def serial_output(self) -> str:
         """What the server printed on its serial console so far (all boots)."""

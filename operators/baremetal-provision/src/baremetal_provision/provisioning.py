@@ -24,7 +24,7 @@ from baremetal_provision.backends import bmc
 from baremetal_provision.backends.base import BMC, Credentials, PowerState, SystemFacts
 from baremetal_provision.contexts import INSTANCES, Context
 from baremetal_provision.reporting import InstanceStatus
-from capfleet import errors, pausing, resources
+from capfleet import errors, pausing, resources, secretholds
 from capfleet.api import kinds
 from capfleet.api.baremetal import BaremetalInstance
 from capfleet.kube import Kube
@@ -39,13 +39,15 @@ def _decoded(data: Mapping[str, str], key: str) -> str | None:
     return base64.b64decode(value).decode() if value else None
 
 
-async def credentials(kube: Kube, namespace: str, name: str) -> Credentials:
-    """username/password (and optional caBundle) from the BMC credentials Secret `name`."""
-    secret = await kube.get(resources.SECRETS, name, namespace)
+async def credentials(kube: Kube, holder: secretholds.Holder, name: str) -> Credentials:
+    """username/password (and optional caBundle) from the BMC credentials Secret `name`, held by `holder`
+    (the instance) until its deletion has powered the server off."""
+    secret = await kube.get(resources.SECRETS, name, holder.namespace)
     if secret is None:
         raise errors.DependencyMissing(
             f"BMC credentials Secret {name} not found", reason="CredentialsMissing"
         )
+    await secretholds.hold(kube, holder, [secret])
     data = secret.get("data") or {}
     username, password = _decoded(data, "username"), _decoded(data, "password")
     if not username or password is None:
@@ -58,8 +60,7 @@ async def credentials(kube: Kube, namespace: str, name: str) -> Credentials:
 async def open_bmc(ctx: Context, instance: BaremetalInstance) -> BMC:
     given = instance.spec.bmc
     await bmcpolicy.admit(given)  # bad or untrusted addresses are refused before any Secret is read
-    namespace = str(instance.metadata["namespace"])
-    creds = await credentials(ctx.kube, namespace, given.credentials_secret_ref.name)
+    creds = await credentials(ctx.kube, holder_of(instance), given.credentials_secret_ref.name)
     return ctx.connect(given.address, creds, not given.disable_certificate_verification)
 
 
@@ -306,8 +307,17 @@ async def deprovision(ctx: Context, body: Mapping[str, Any]) -> None:
     """Clean the server if asked (network-boot the cleaner, wait for its callback), power it off
     (gracefully, then forced) and put its boot device back on disk. Raises to be called again while
     the cleaner runs. An instance that never acted on its BMC (a wrong password, an unreachable BMC)
-    or is detached is deleted without asking the BMC anything."""
+    or is detached is deleted without asking the BMC anything. Last, the credentials Secret is let go of."""
     instance = kinds.BAREMETAL_INSTANCE.parse(body)
+    await _deprovision(ctx, instance, body)
+    await secretholds.let_go(ctx.kube, holder_of(instance))
+
+
+def holder_of(instance: BaremetalInstance) -> secretholds.Holder:
+    return secretholds.Holder(INSTANCES, instance.metadata)
+
+
+async def _deprovision(ctx: Context, instance: BaremetalInstance, body: Mapping[str, Any]) -> None:
     meta = instance.metadata
     if pausing.moving(meta):
         return

@@ -187,7 +187,7 @@ async def check_netbox_pool(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
 @kopf.on.delete(*IPPOOLS)
 @kopf.on.delete(*NETBOX_POOLS)
 @runtime.reconciler("IPPool")
-async def guard_pool_deletion(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
+async def guard_pool_deletion(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **kwargs: Any) -> None:
     in_use = len(list(index(kwargs, "pool_addresses").get(pools.info_of(body).key, ())))
     if in_use:
         message = (
@@ -195,3 +195,4 @@ async def guard_pool_deletion(body: kopf.Body, patch: kopf.Patch, **kwargs: Any)
         )
         statuses.merge_into(patch.status, body.get("status") or {}, pool_status.in_use_status(body, message))
         raise errors.Waiting(message, reason="PoolInUse")
+    await netbox_pools.let_go(Context.parts(memo)[0], body)

@@ -2,7 +2,9 @@
 
 A pool is checked once per change (connection, token, the owner custom field, its prefixes and ranges),
 and its Ready condition says what is wrong; claims of a pool that is not Ready wait without calling
-NetBox, so a bad token or a missing custom field never turns into a storm of requests.
+NetBox, so a bad token or a missing custom field never turns into a storm of requests. The pool holds its
+connection Secret (`capfleet.secretholds`) from its first check until its deletion, which waits for every
+address of the pool to be released: the Secret outlives every NetBox IP a claim made with it.
 """
 
 from __future__ import annotations
@@ -10,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
-from capfleet import conditions, errors, netbox, resources, statuses
-from capfleet.api import capi
+from capfleet import conditions, errors, netbox, resources, secretholds, statuses
+from capfleet.api import capi, kinds
 from capfleet.conditions import Update
 from capfleet.kube import Kube
 from ipam_address.backends.netbox import OWNER_FIELD, Addressing, NetboxAddress, PynetboxAddressing, targets
@@ -28,12 +30,17 @@ class Clients:
         self._factory = factory or (lambda connection: PynetboxAddressing(netbox.open_api(connection)))
         self._clients: dict[tuple[str, str, str], Addressing] = {}
 
-    async def for_pool(self, kube: Kube, pool: PoolInfo) -> Addressing:
+    async def for_pool(
+        self, kube: Kube, pool: PoolInfo, holder: secretholds.Holder | None = None
+    ) -> Addressing:
+        """The pool's client; `holder` (the pool itself, as just read) first holds the Secret."""
         secret_name = pool.netbox().connection_secret_ref.name
         secret = await kube.get(resources.SECRETS, secret_name, pool.key.namespace)
         if secret is None:
             message = f"Secret {pool.key.namespace}/{secret_name} does not exist"
             raise errors.DependencyMissing(message, reason="SecretMissing")
+        if holder is not None:
+            await secretholds.hold(kube, holder, [secret])
         key = (pool.key.namespace, secret_name, str(secret["metadata"].get("resourceVersion")))
         if key not in self._clients:
             self._clients = {k: v for k, v in self._clients.items() if k[:2] != key[:2]}
@@ -105,10 +112,20 @@ async def check_into(
     pool = info_of(body)
     failure: errors.CapfleetError | None = None
     try:
-        addressing = await clients.for_pool(kube, pool)
+        addressing = await clients.for_pool(kube, pool, holder_of(body))
         await addressing.check(targets(pool.netbox()))
     except errors.CapfleetError as exc:
         failure = exc
     statuses.merge_into(patch_status, body.get("status") or {}, pool_status(body, failure))
     if failure is not None:
         raise failure
+
+
+def holder_of(body: Mapping[str, Any]) -> secretholds.Holder:
+    return secretholds.Holder(kinds.NETBOX_IPPOOL.resource, body["metadata"])
+
+
+async def let_go(kube: Kube, body: Mapping[str, Any]) -> None:
+    """The last step of a NetBox pool's deletion, once no address of it is left."""
+    if body.get("kind") == kinds.NETBOX_IPPOOL.kind:
+        await secretholds.let_go(kube, holder_of(body))

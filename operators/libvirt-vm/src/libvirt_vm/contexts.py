@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from capfleet import errors, reconciling, resources
+from capfleet import errors, reconciling, resources, secretholds
 from capfleet.api import kinds
 from capfleet.api.libvirt import Hypervisor
-from capfleet.kube import Kube
+from capfleet.kube import Kube, Obj
 from capfleet.sshlibvirt import SSHTarget
 from libvirt_vm.backends.connections import Pool
 from libvirt_vm.settings import LibvirtSettings
@@ -58,24 +60,40 @@ class Context(reconciling.Context):
         return self.vm_locks.setdefault(f"{namespace}/{name}", asyncio.Lock())
 
 
-async def secret_value(kube: Kube, namespace: str, name: str, key: str) -> bytes:
-    """One key of a Secret, decoded; DependencyMissing (never the value) when it is absent."""
+async def read_secret(kube: Kube, namespace: str, name: str) -> Obj:
     secret = await kube.get(resources.SECRETS, name, namespace)
     if secret is None:
         raise errors.DependencyMissing(f"Secret {namespace}/{name} not found", reason="SecretMissing")
+    return secret
+
+
+def value_of(secret: Mapping[str, Any], key: str) -> bytes:
+    """One key of a Secret, decoded; DependencyMissing (never the value) when it is absent."""
     data = (secret.get("data") or {}).get(key)
     if data is None:
+        meta = secret["metadata"]
         raise errors.DependencyMissing(
-            f"Secret {namespace}/{name} has no key {key}", reason="SecretKeyMissing"
+            f"Secret {meta['namespace']}/{meta['name']} has no key {key}", reason="SecretKeyMissing"
         )
     return base64.b64decode(data)
 
 
-async def ssh_target(kube: Kube, hypervisor: Hypervisor) -> SSHTarget:
+async def secret_value(kube: Kube, namespace: str, name: str, key: str) -> bytes:
+    return value_of(await read_secret(kube, namespace, name), key)
+
+
+async def ssh_target(
+    kube: Kube, hypervisor: Hypervisor, holder: secretholds.Holder | None = None
+) -> SSHTarget:
+    """How to reach the hypervisor; `holder` (a VM placed there) first holds its SSH Secrets, which its
+    deletion needs to remove the domain."""
     spec = hypervisor.spec
     key_ref, hosts_ref = spec.ssh_key_secret_ref, spec.known_hosts_secret_ref
-    private_key = await secret_value(kube, key_ref.namespace, key_ref.name, key_ref.key)
-    known_hosts = await secret_value(kube, hosts_ref.namespace, hosts_ref.name, hosts_ref.key)
+    key_secret = await read_secret(kube, key_ref.namespace, key_ref.name)
+    hosts_secret = await read_secret(kube, hosts_ref.namespace, hosts_ref.name)
+    if holder is not None:
+        await secretholds.hold(kube, holder, [key_secret, hosts_secret])
+    private_key, known_hosts = value_of(key_secret, key_ref.key), value_of(hosts_secret, hosts_ref.key)
     connection = spec.connection
     return SSHTarget(
         host=connection.host,

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from capfleet import cloudinit, conditions, errors, pausing, reconciling
+from capfleet import cloudinit, conditions, errors, pausing, reconciling, secretholds
 from capfleet.api import kinds
 from capfleet.api.libvirt import Hypervisor, LibvirtVM
 from capfleet.conditions import Update
@@ -76,17 +76,21 @@ async def place(ctx: Context, vm: LibvirtVM, owner: domains.Owner) -> str:
         return decision.hypervisor
 
 
-async def hypervisor_target(ctx: Context, hv_name: str) -> tuple[Hypervisor, SSHTarget]:
+async def hypervisor_target(
+    ctx: Context, hv_name: str, holder: secretholds.Holder
+) -> tuple[Hypervisor, SSHTarget]:
     body = await ctx.kube.get(HYPERVISORS, hv_name)
     if body is None:
         raise errors.DependencyMissing(f"Hypervisor {hv_name} not found", reason="HypervisorMissing")
     hypervisor = kinds.HYPERVISOR.parse(body)
-    return hypervisor, await ssh_target(ctx.kube, hypervisor)
+    return hypervisor, await ssh_target(ctx.kube, hypervisor, holder)
 
 
-async def reach(ctx: Context, owner: domains.Owner, hv_name: str) -> Placed:
-    """The VM as placed on `hv_name`, with the SSH target of the hypervisor."""
-    hypervisor, target = await hypervisor_target(ctx, hv_name)
+async def reach(ctx: Context, meta: Mapping[str, Any], hv_name: str) -> Placed:
+    """The VM (`meta`, as just read) as placed on `hv_name`, with the SSH target of the hypervisor, whose
+    Secrets the VM holds from then on."""
+    owner = domains.Owner(meta["namespace"], meta["name"])
+    hypervisor, target = await hypervisor_target(ctx, hv_name, secretholds.Holder(VMS, meta))
     domain = names.domain_name(owner.namespace, owner.name)
     return Placed(ctx, owner, hv_name, target, hypervisor.spec.storage_pool, domain)
 
@@ -163,7 +167,7 @@ async def schedule(ctx: Context, run: reconciling.Recorder, vm: LibvirtVM, owner
     domain = names.domain_name(owner.namespace, owner.name)
     provider_id = provider_id_of(vm, hv_name, domain)
     run.fields.update({"hypervisorName": hv_name, "domainName": domain, "providerID": provider_id})
-    return await run.step(DISKS, reach(ctx, owner, hv_name), "Pending")
+    return await run.step(DISKS, reach(ctx, run.body["metadata"], hv_name), "Pending")
 
 
 async def make_disks(run: reconciling.Recorder, placed: Placed, vm: LibvirtVM) -> list[str]:
@@ -265,7 +269,12 @@ def left_something(body: Mapping[str, Any]) -> bool:
 async def delete(ctx: Context, body: Mapping[str, Any]) -> None:
     """Destroy the domain and remove its volumes; nothing for a VM being moved, detached, never placed or
     that left nothing on its hypervisor. A failure is written as Ready=False DeletionFailed, naming the
-    way out."""
+    way out. Last, the hypervisor's Secrets are let go of."""
+    await remove(ctx, body)
+    await secretholds.let_go(ctx.kube, secretholds.Holder(VMS, body["metadata"]))
+
+
+async def remove(ctx: Context, body: Mapping[str, Any]) -> None:
     meta = body["metadata"]
     if pausing.moving(meta) or DETACHED in (meta.get("annotations") or {}) or not left_something(body):
         return
@@ -275,7 +284,7 @@ async def delete(ctx: Context, body: Mapping[str, Any]) -> None:
     owner = domains.Owner(meta["namespace"], meta["name"])
     try:
         async with ctx.vm_lock(owner.namespace, owner.name):
-            placed = await reach(ctx, owner, vm.spec.hypervisor_name)
+            placed = await reach(ctx, meta, vm.spec.hypervisor_name)
             prefix = names.volume_prefix(placed.domain)
             await placed.run(lambda c: hosts.remove(c, placed.domain, placed.pool_name, prefix))
     except errors.CapfleetError as exc:

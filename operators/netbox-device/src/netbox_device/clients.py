@@ -1,7 +1,8 @@
 """One NetBox client per connection Secret version, shared by every object.
 
 A client is checked (token, NetBox version, custom fields) once when it is made; a failed check is not
-cached, so fixing NetBox or the Secret is picked up at the next retry.
+cached, so fixing NetBox or the Secret is picked up at the next retry. The object asking holds the Secret
+(`capfleet.secretholds`) before it gets a client, so the Secret outlives what it claims with it.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from capfleet import errors, netbox, resources
+from capfleet import errors, netbox, resources, secretholds
 from capfleet.api.base import ConnectionSecretReference
 from capfleet.kube import Kube
 from netbox_device.backends.devices import Devices, PynetboxDevices
@@ -29,12 +30,14 @@ class Clients:
         self._factory = factory or netbox.open_api
         self._clients: dict[tuple[str, str, str], Backends] = {}
 
-    async def _for(self, kube: Kube, namespace: str, ref: ConnectionSecretReference) -> Backends:
+    async def _for(self, kube: Kube, holder: secretholds.Holder, ref: ConnectionSecretReference) -> Backends:
+        namespace = str(holder.namespace)
         secret = await kube.get(resources.SECRETS, ref.name, namespace)
         if secret is None:
             raise errors.DependencyMissing(
                 f"Secret {namespace}/{ref.name} does not exist", reason="SecretMissing"
             )
+        await secretholds.hold(kube, holder, [secret])
         key = (namespace, ref.name, str(secret["metadata"].get("resourceVersion")))
         if key not in self._clients:
             api = self._factory(netbox.connection_from_secret(secret))
@@ -42,15 +45,19 @@ class Clients:
             self._clients[key] = Backends(PynetboxDevices(api), PynetboxMachines(api), set())
         return self._clients[key]
 
-    async def devices(self, kube: Kube, namespace: str, ref: ConnectionSecretReference) -> Devices:
-        backends = await self._for(kube, namespace, ref)
+    async def devices(
+        self, kube: Kube, holder: secretholds.Holder, ref: ConnectionSecretReference
+    ) -> Devices:
+        backends = await self._for(kube, holder, ref)
         if "devices" not in backends.checked:
             await backends.devices.check()
             backends.checked.add("devices")
         return backends.devices
 
-    async def machines(self, kube: Kube, namespace: str, ref: ConnectionSecretReference) -> Machines:
-        backends = await self._for(kube, namespace, ref)
+    async def machines(
+        self, kube: Kube, holder: secretholds.Holder, ref: ConnectionSecretReference
+    ) -> Machines:
+        backends = await self._for(kube, holder, ref)
         if "machines" not in backends.checked:
             await backends.machines.check()
             backends.checked.add("machines")

@@ -11,7 +11,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from capfleet import conditions, errors, pausing, reconciling, resources
+from capfleet import conditions, errors, pausing, reconciling, resources, secretholds
+from capfleet.api import kinds
 from capfleet.api.netbox import NetboxDevice, NetboxVirtualMachine
 from capfleet.conditions import Update
 from capfleet.resources import Resource
@@ -84,11 +85,20 @@ class Context(reconciling.Context):
 
     async def devices(self, claim: NetboxDevice) -> Devices:
         ref = claim.spec.connection_secret_ref
-        return await self.shared.clients.devices(self.kube, claim.metadata["namespace"], ref)
+        return await self.shared.clients.devices(self.kube, holder_of(claim), ref)
 
     async def machines(self, vm: NetboxVirtualMachine) -> Machines:
         ref = vm.spec.connection_secret_ref
-        return await self.shared.clients.machines(self.kube, vm.metadata["namespace"], ref)
+        return await self.shared.clients.machines(self.kube, holder_of(vm), ref)
+
+    async def let_go(self, obj: NetboxDevice | NetboxVirtualMachine) -> None:
+        """The last step of a deletion: the connection Secret is no longer needed by `obj`."""
+        await secretholds.let_go(self.kube, holder_of(obj))
+
+
+def holder_of(obj: NetboxDevice | NetboxVirtualMachine) -> secretholds.Holder:
+    kind = kinds.NETBOX_DEVICE if isinstance(obj, NetboxDevice) else kinds.NETBOX_VIRTUAL_MACHINE
+    return secretholds.Holder(kind.resource, obj.metadata)
 
 
 async def record(recorder: reconciling.Recorder, fields: Mapping[str, Any], ready: Update) -> None:

@@ -85,10 +85,12 @@ async def repair(ctx: Context, body: Mapping[str, Any]) -> None:
 
 
 async def release(ctx: Context, body: Mapping[str, Any]) -> None:
-    """Give the device back (unless the object is being moved); paused objects wait."""
+    """Give the device back (unless the object is being moved), then the Secret; paused objects wait."""
     claim = kinds.NETBOX_DEVICE.parse(body)
-    if pausing.moving(claim.metadata):
-        return
-    if pausing.annotated(claim.metadata):
-        raise errors.Waiting("paused: the device is released once the object is unpaused", reason="Paused")
-    await claiming.release(await ctx.devices(claim), ctx.owner(claim))
+    if not pausing.moving(claim.metadata):
+        if pausing.annotated(claim.metadata):
+            raise errors.Waiting(
+                "paused: the device is released once the object is unpaused", reason="Paused"
+            )
+        await claiming.release(await ctx.devices(claim), ctx.owner(claim))
+    await ctx.let_go(claim)

@@ -55,8 +55,10 @@ async def repair(ctx: Context, body: Mapping[str, Any]) -> None:
 
 async def release(ctx: Context, body: Mapping[str, Any]) -> None:
     vm = kinds.NETBOX_VIRTUAL_MACHINE.parse(body)
-    if pausing.moving(vm.metadata):
-        return
-    if pausing.annotated(vm.metadata):
-        raise errors.Waiting("paused: the VM is deregistered once the object is unpaused", reason="Paused")
-    await registering.deregister(await ctx.machines(vm), ctx.owner(vm))
+    if not pausing.moving(vm.metadata):
+        if pausing.annotated(vm.metadata):
+            raise errors.Waiting(
+                "paused: the VM is deregistered once the object is unpaused", reason="Paused"
+            )
+        await registering.deregister(await ctx.machines(vm), ctx.owner(vm))
+    await ctx.let_go(vm)

@@ -1,0 +1,132 @@
+"""Credential Secrets outlive the objects that need them to give back what they hold outside Kubernetes.
+
+`kubectl delete namespace` deletes everything in it at once, Secrets first as often as not. A NetboxDevice
+then cannot release its device, a BaremetalInstance cannot power its server off, a LibvirtVM cannot
+undefine its domain: their finalizers fail on a missing Secret that can no longer be created in a
+terminating namespace, and the namespace stays Terminating for ever while NetBox, the BMCs and the
+hypervisors keep what the cluster held.
+
+So every object whose deletion talks to an outside system (a *holder*) puts a finalizer of its own on each
+Secret it reads credentials from, before it creates anything outside, and takes it off as the last step of
+its deletion. One finalizer per holder, not one per operator: holders come and go concurrently, and a
+shared finalizer would need a count no one can update atomically. The finalizer names the holder (kind,
+namespace and name, not its UID), so a Secret moved by `clusterctl move` together with its holders is
+still let go of by the moved holders. Which Secrets an object holds is recorded on it (an annotation)
+before the finalizer is added, so a holder whose Secret reference changed, or that was killed between the
+two writes, still lets go of every one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from capfleet import resources
+from capfleet.kube import Invalid, Kube
+from capfleet.resources import Resource
+
+DOMAIN = "holds.capfleet.dev"
+HELD_ANNOTATION = "capfleet.dev/held-secrets"
+"""On a holder: the Secrets it holds, as comma-separated `namespace/name`."""
+NAME_MAX = 63
+_QUALIFIED_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class Holder:
+    """An object that needs Secrets to release what it holds outside: its resource and metadata."""
+
+    resource: Resource
+    metadata: Mapping[str, Any]
+
+    @property
+    def namespace(self) -> str | None:
+        namespace = self.metadata.get("namespace")
+        return str(namespace) if namespace else None
+
+    @property
+    def finalizer(self) -> str:
+        return finalizer_of(self.resource.kind, self.namespace, str(self.metadata["name"]))
+
+
+def finalizer_of(kind: str, namespace: str | None, name: str) -> str:
+    """`<namespace>.<kind>.holds.capfleet.dev/<name>`: a valid finalizer for any object name (names longer
+    than a finalizer's name part keep their start and end in a hash)."""
+    prefix = f"{namespace}.{kind.lower()}.{DOMAIN}" if namespace else f"{kind.lower()}.{DOMAIN}"
+    if len(name) > NAME_MAX or not _QUALIFIED_NAME.match(name):
+        digest = hashlib.sha256(name.encode()).hexdigest()[:12]
+        name = f"{name[: NAME_MAX - 13].rstrip('-_.')}-{digest}"
+    return f"{prefix}/{name}"
+
+
+def held(metadata: Mapping[str, Any]) -> list[str]:
+    """The `namespace/name` of every Secret the object recorded it holds, in recorded order."""
+    value = (metadata.get("annotations") or {}).get(HELD_ANNOTATION) or ""
+    return [key for key in value.split(",") if key.count("/") == 1 and all(key.split("/"))]
+
+
+def key_of(secret: Mapping[str, Any]) -> str:
+    meta = secret["metadata"]
+    return f"{meta['namespace']}/{meta['name']}"
+
+
+def held_after(recorded: Sequence[str], wanted: Sequence[str]) -> list[str]:
+    """What the annotation must list while the holder takes `wanted`: everything recorded (let go of only
+    once the wanted ones are held) and the wanted ones, without repeats."""
+    return list(dict.fromkeys([*recorded, *wanted]))
+
+
+def needs_finalizer(secret: Mapping[str, Any], finalizer: str) -> bool:
+    """Whether `finalizer` is to be added: missing, and the Secret not being deleted (the API server
+    refuses new finalizers on an object being deleted; a Secret already going cannot be kept)."""
+    meta = secret["metadata"]
+    return finalizer not in (meta.get("finalizers") or []) and not meta.get("deletionTimestamp")
+
+
+async def hold(kube: Kube, holder: Holder, secrets: Sequence[Mapping[str, Any]]) -> None:
+    """Hold exactly `secrets` (as just read) for `holder`: record them, add the holder's finalizer to each,
+    then let go of the Secrets it held before and no longer uses. Idempotent; no API call when nothing
+    changes."""
+    recorded = held(holder.metadata)
+    wanted = list(dict.fromkeys(key_of(secret) for secret in secrets))
+    listed = held_after(recorded, wanted)
+    if listed != recorded:
+        await _record(kube, holder, listed)
+    for secret in secrets:
+        if needs_finalizer(secret, holder.finalizer):
+            await _change_finalizers(kube, key_of(secret), {"finalizers": [holder.finalizer]})
+    stale = [key for key in listed if key not in wanted]
+    if stale:
+        await _let_go_of(kube, holder, stale)
+        await _record(kube, holder, wanted)
+
+
+async def let_go(kube: Kube, holder: Holder) -> None:
+    """Take the holder's finalizer off every Secret it recorded: the last step of its deletion. The holder
+    is read again: the deletion itself may have recorded a Secret after kopf read the object."""
+    meta = holder.metadata
+    current = await kube.get(holder.resource, str(meta["name"]), holder.namespace)
+    recorded = held(current["metadata"] if current is not None else meta)
+    await _let_go_of(kube, holder, held_after(held(meta), recorded))
+
+
+async def _let_go_of(kube: Kube, holder: Holder, keys: Sequence[str]) -> None:
+    for key in keys:
+        await _change_finalizers(kube, key, {"$deleteFromPrimitiveList/finalizers": [holder.finalizer]})
+
+
+async def _change_finalizers(kube: Kube, key: str, change: dict[str, Any]) -> None:
+    namespace, name = key.split("/")
+    # Invalid: deleted between our read and this write; it cannot be held any more.
+    with contextlib.suppress(Invalid):
+        await kube.patch(resources.SECRETS, name, {"metadata": change}, namespace, strategic=True)
+
+
+async def _record(kube: Kube, holder: Holder, keys: Sequence[str]) -> None:
+    meta = holder.metadata
+    patch = {"metadata": {"annotations": {HELD_ANNOTATION: ",".join(keys) or None}}}
+    await kube.patch(holder.resource, str(meta["name"]), patch, holder.namespace)

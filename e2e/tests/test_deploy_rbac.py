@@ -10,23 +10,30 @@ checks prove they grant no more than the design needs:
   another operator's objects: exactly the intermediate kinds it creates (DESIGN.md §1);
 - each operator reads and renews only its own leader-election Lease, in capfleet-system only;
 - each may create TokenReviews and SubjectAccessReviews (its secure /metrics endpoint asks who a
-  scraper is and whether it may read metrics).
+  scraper is and whether it may read metrics);
+- deploy/base's admission policy lets an operator change nothing on a Secret but its own finalizers.
 """
 
 from __future__ import annotations
 
+import base64
+import json
+import secrets
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from capfleet_e2e.controlplane import Cluster
-from capfleet_e2e.kubebin import Kubectl, repo_root
+from capfleet_e2e.kubebin import HarnessError, Kubectl, repo_root
 from capfleet_e2e.serviceaccounts import (
     NAMESPACE,
     Access,
     allowed,
     apply_operator_rbac,
+    service_account_kubeconfig,
     service_account_user,
 )
 
@@ -141,3 +148,62 @@ def test_each_operator_holds_only_its_own_lease_and_may_review_scrapers(
     expected = lease_rules(operator)
     answers = allowed(admin, list(expected))
     assert {q: a for q, a in answers.items() if a != expected[q]} == {}
+
+
+def test_operators_may_change_nothing_on_a_secret_but_their_own_holds(
+    admin: Kubectl, control_plane: Cluster, tmp_path: Path
+) -> None:
+    """RBAC's `patch` on Secrets is wider than holds need; deploy/base's admission policy narrows it to
+    capfleet's own finalizers, for every capfleet manager ServiceAccount (checked here with one)."""
+    as_operator = Kubectl(
+        admin.binary, service_account_kubeconfig(control_plane, "netbox-device", tmp_path / "nd.kubeconfig")
+    )
+    namespace = f"holds-{secrets.token_hex(3)}"
+    admin("create", "namespace", namespace)
+    try:
+        admin("create", "secret", "generic", "netbox", "-n", namespace, "--from-literal=token=t0")
+        hold = f"{namespace}.netboxdevice.holds.capfleet.dev/m0"
+
+        def patch(change: dict[str, Any]) -> str:
+            return as_operator(
+                "patch", "secret", "netbox", "-n", namespace, "--type=strategic", "-p", json.dumps(change)
+            )
+
+        data = {"data": {"token": base64.b64encode(b"stolen").decode()}}
+        refused: dict[str, dict[str, Any]] = {
+            "may not change a Secret's data": data,
+            "may not change a Secret's labels": {"metadata": {"labels": {"x": "y"}}},
+            "only their own finalizers": {"metadata": {"finalizers": ["example.com/keep"]}},
+        }
+        # A new policy takes effect once the API server's informer has it: wait for the first refusal
+        # (putting the token back if a patch got through before).
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                patch(data)
+            except HarnessError:
+                break
+            assert time.monotonic() < deadline, "the admission policy never refused a data change"
+            admin(
+                "patch",
+                "secret",
+                "netbox",
+                "-n",
+                namespace,
+                "--type=merge",
+                "-p",
+                '{"data":{"token":"dDA="}}',
+            )
+            time.sleep(0.5)
+        for message, change in refused.items():
+            with pytest.raises(HarnessError, match=message):
+                patch(change)
+        patch({"metadata": {"finalizers": [hold]}})
+        stored = json.loads(admin("get", "secret", "netbox", "-n", namespace, "-o", "json"))
+        assert stored["metadata"]["finalizers"] == [hold]
+        assert base64.b64decode(stored["data"]["token"]) == b"t0"
+        patch({"metadata": {"$deleteFromPrimitiveList/finalizers": [hold]}})
+        stored = json.loads(admin("get", "secret", "netbox", "-n", namespace, "-o", "json"))
+        assert not stored["metadata"].get("finalizers")
+    finally:
+        admin("delete", "namespace", namespace, "--wait=false")

@@ -1,7 +1,8 @@
 """Operators run with exactly their kustomize base's RBAC: "least privilege" proven, not guessed.
 
 `apply_operator_rbac` applies the ServiceAccount, ClusterRole and ClusterRoleBinding that
-deploy/overlays/<operator> renders (nothing else, nothing added by the harness); `service_account_kubeconfig`
+deploy/overlays/<operator> renders, and the admission policies of deploy/base that bound what the
+operators may do (nothing else, nothing added by the harness); `service_account_kubeconfig`
 gets a token for that ServiceAccount from the TokenRequest API (`kubectl create token`, i.e.
 POST .../serviceaccounts/<name>/token) and writes a kubeconfig with it, TLS verified with the cluster's CA.
 The `run_operator_as` fixture starts an operator with that kubeconfig, so a missing permission makes the
@@ -27,6 +28,7 @@ from capfleet_e2e.operators import OperatorProcess
 
 NAMESPACE = "capfleet-system"
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+POLICY_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 FIELD_MANAGER = "capfleet-rbac-tests"
 
 RunOperatorAs = Callable[..., OperatorProcess]
@@ -47,10 +49,17 @@ def operator_rbac(operator: str) -> list[dict[str, Any]]:
     return [o for o in rendered if o["kind"] in RBAC_KINDS]
 
 
+def fleet_policies() -> list[dict[str, Any]]:
+    """The admission policies of deploy/base, as kustomize renders them."""
+    rendered = documents(build(repo_root() / "deploy" / "base"))
+    return [o for o in rendered if o["kind"] in POLICY_KINDS]
+
+
 def apply_operator_rbac(kubectl: Kubectl, operator: str) -> None:
-    """Create capfleet-system if needed and server-side apply the operator's RBAC objects."""
+    """Create capfleet-system if needed and server-side apply the operator's RBAC objects and the fleet's
+    admission policies."""
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
-    items = [namespace, *operator_rbac(operator)]
+    items = [namespace, *fleet_policies(), *operator_rbac(operator)]
     kubectl(
         "apply",
         "--server-side",

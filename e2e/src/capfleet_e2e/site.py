@@ -31,6 +31,7 @@ from capfleet_e2e.controlplane import ControlPlane
 from capfleet_e2e.libvirt.bootdisk import boot_disk
 from capfleet_e2e.libvirt.hypervisor import Hypervisor, upload_volume
 from capfleet_e2e.libvirt.image import TestImage
+from capfleet_e2e.namespaces import delete_namespace
 from capfleet_e2e.netbox.fixtures import NetboxInstance
 from capfleet_e2e.processes import free_port
 from capfleet_e2e.waiting import eventually
@@ -300,27 +301,6 @@ async def delete_cluster(kube: Kube, name: str, namespace: str, within: float) -
         return await kube.get(resources.CAPI_CLUSTERS, name, namespace) is None
 
     await eventually(f"Cluster {name} to be deleted", gone, within, interval=1)
-
-
-async def delete_namespace(kube: Kube, namespace: str, within: float) -> None:
-    """`kubectl delete namespace` and wait until it is gone; on time-out, name what still holds it."""
-    await kube.delete(resources.NAMESPACES, namespace)
-
-    async def gone() -> bool:
-        return await kube.get(resources.NAMESPACES, namespace) is None
-
-    try:
-        await eventually(f"namespace {namespace} to be deleted", gone, within, interval=1)
-    except AssertionError as exc:
-        held = []
-        for resource in (
-            resources.SECRETS,
-            *(kind.resource for kind in kinds.ALL if kind.resource.namespaced),
-        ):
-            for obj in await kube.list(resource, namespace):
-                if obj["metadata"].get("finalizers"):
-                    held.append(f"{resource.kind} {obj['metadata']['name']}: {obj['metadata']['finalizers']}")
-        raise AssertionError(f"{exc}; still there: {held}") from exc
 
 
 CONTROL_PLANE_LABEL = "cluster.x-k8s.io/control-plane"

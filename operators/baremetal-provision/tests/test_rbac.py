@@ -29,6 +29,7 @@ from capfleet_e2e.baremetal.lab import PxeLab
 from capfleet_e2e.baremetal.servers import BareMetalServer
 from capfleet_e2e.controlplane import Cluster
 from capfleet_e2e.libvirt.image import TestImage
+from capfleet_e2e.namespaces import delete_namespace_while_down
 from capfleet_e2e.serviceaccounts import RunOperatorAs, forbidden_requests
 from capfleet_e2e.waiting import eventually
 
@@ -47,7 +48,7 @@ async def test_server_is_provisioned_with_only_the_base_rbac(
 ) -> None:
     (server,) = baremetal_servers(1)
     env = operator_env(pxe_lab, boot_files(netboot_image, tmp_path / "files"))
-    run_operator_as("baremetal_provision", "baremetal-provision", namespaces=[namespace], env=env)
+    operator = run_operator_as("baremetal_provision", "baremetal-provision", namespaces=[namespace], env=env)
     await create_secrets(kube, namespace, server)
     await create_instance(kube, namespace, server, netboot_image, env["CAPFLEET_BOOT_URL"])
 
@@ -69,12 +70,10 @@ async def test_server_is_provisioned_with_only_the_base_rbac(
     assert secret["metadata"]["finalizers"] == [
         f"{namespace}.baremetalinstance.holds.capfleet.dev/{server.name}"
     ]
-    await kube.delete(resources.NAMESPACES, namespace)
-
-    async def namespace_gone() -> bool:
-        return await kube.get(resources.NAMESPACES, namespace) is None
-
-    await eventually("the namespace to be deleted", namespace_gone, within=120)
+    # Deleted while the operator is down, the Secret stays (Terminating) until the instance lets it go.
+    bmc_secret = f"{server.name}-bmc"
+    [kept] = await delete_namespace_while_down(kube, namespace, operator, [bmc_secret], within=120)
+    assert kept["metadata"]["finalizers"] == secret["metadata"]["finalizers"]
     assert (await facts(server)).power_state == "Off"
     # Events cannot be created in a terminating namespace: those refusals are the only ones allowed.
     assert [r for r in forbidden_requests(control_plane, "baremetal-provision") if "/events" not in r] == []

@@ -20,9 +20,9 @@ from netbox_setup import (
 from capfleet import resources
 from capfleet.kube import Kube
 from capfleet_e2e.controlplane import Cluster
+from capfleet_e2e.namespaces import delete_namespace_while_down
 from capfleet_e2e.netbox.fixtures import NetboxInstance
 from capfleet_e2e.serviceaccounts import RunOperatorAs, forbidden_requests
-from capfleet_e2e.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -55,12 +55,13 @@ async def test_deleting_the_namespace_releases_netbox_ips_before_the_pool_and_it
     netbox: NetboxInstance,
 ) -> None:
     """The NetboxIPPool holds its connection Secret (a finalizer of its own) and is deleted only once no
-    address of it is left, so `kubectl delete namespace` releases every NetBox IP and completes."""
+    address of it is left, so `kubectl delete namespace`, even while the operator is down, releases every
+    NetBox IP and completes."""
     ensure_owner_field_and_tag(netbox)
     prefixes = create_prefixes(netbox, 65)
     await create_connection_secret(kube, namespace, netbox)
     await create_netbox_pool(kube, namespace, "nb", [prefixes.small])
-    run_operator_as("ipam_address", "ipam-address", namespaces=[namespace])
+    operator = run_operator_as("ipam_address", "ipam-address", namespaces=[namespace])
     for name in ("c1", "c2"):
         await create_claim(kube, namespace, name, pool_ref("nb", "NetboxIPPool"))
         await bound_address(kube, namespace, name)
@@ -69,12 +70,9 @@ async def test_deleting_the_namespace_releases_netbox_ips_before_the_pool_and_it
     assert secret is not None
     assert secret["metadata"]["finalizers"] == [f"{namespace}.netboxippool.holds.capfleet.dev/nb"]
 
-    await kube.delete(resources.NAMESPACES, namespace)
-
-    async def namespace_gone() -> bool:
-        return await kube.get(resources.NAMESPACES, namespace) is None
-
-    await eventually("the namespace to be deleted", namespace_gone, within=120)
+    # Deleted while the operator is down, the Secret stays (Terminating) until the pool lets it go.
+    [kept] = await delete_namespace_while_down(kube, namespace, operator, ["netbox"], within=120)
+    assert kept["metadata"]["finalizers"] == [f"{namespace}.netboxippool.holds.capfleet.dev/nb"]
     assert owned_ips(netbox, prefixes.vrf_id) == {}
     # Events cannot be created in a terminating namespace: those refusals are the only ones allowed.
     assert [r for r in forbidden_requests(control_plane, "ipam-address") if "/events" not in r] == []

@@ -27,9 +27,9 @@ from capfleet_e2e.callbacks import Callbacks
 from capfleet_e2e.controlplane import Cluster
 from capfleet_e2e.libvirt.hypervisor import Hypervisor
 from capfleet_e2e.libvirt.image import TestImage
+from capfleet_e2e.namespaces import delete_namespace_while_down
 from capfleet_e2e.serviceaccounts import RunOperatorAs, forbidden_requests
 from capfleet_e2e.site import ensure_base_image, remove_base_image
-from capfleet_e2e.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -45,7 +45,7 @@ async def test_vm_runs_with_only_the_base_rbac(
     hv = hypervisors[0]
     ensure_base_image(hv, test_image)
     callbacks = Callbacks()  # the guest's user-data calls back here; only the VM's state is checked
-    run_operator_as("libvirt_vm", "libvirt-vm", env=OPERATOR_ENV)
+    operator = run_operator_as("libvirt_vm", "libvirt-vm", env=OPERATOR_ENV)
     hv_name = await create_hypervisor(kube, namespace, hv)
     try:
         await wait_condition(kube, HYPERVISORS, hv_name, None, "Reachable", "True", 60)
@@ -61,12 +61,9 @@ async def test_vm_runs_with_only_the_base_rbac(
         secret = await kube.get(resources.SECRETS, hv_name, namespace)
         assert secret is not None
         assert secret["metadata"]["finalizers"] == [f"{namespace}.libvirtvm.holds.capfleet.dev/vm1"]
-        await kube.delete(resources.NAMESPACES, namespace)
-
-        async def namespace_gone() -> bool:
-            return await kube.get(resources.NAMESPACES, namespace) is None
-
-        await eventually("the namespace to be deleted", namespace_gone, within=120)
+        # Deleted while the operator is down, the Secret stays (Terminating) until the VM lets it go.
+        [kept] = await delete_namespace_while_down(kube, namespace, operator, [hv_name], within=120)
+        assert kept["metadata"]["finalizers"] == [f"{namespace}.libvirtvm.holds.capfleet.dev/vm1"]
         assert leftovers(hv, namespace) == ([], [])
     finally:
         await delete_all(kube, namespace, [hv_name])

@@ -25,6 +25,7 @@ from capfleet import resources
 from capfleet.kube import Kube
 from capfleet.secretholds import HELD_ANNOTATION
 from capfleet_e2e.controlplane import Cluster
+from capfleet_e2e.namespaces import delete_namespace_while_down
 from capfleet_e2e.netbox.fixtures import NetboxInstance
 from capfleet_e2e.serviceaccounts import RunOperatorAs, forbidden_requests
 from capfleet_e2e.waiting import eventually
@@ -72,15 +73,15 @@ async def test_deleting_the_namespace_releases_the_device_and_the_vm_record_befo
     run_operator_as: RunOperatorAs,
     netbox: NetboxInstance,
 ) -> None:
-    """`kubectl delete namespace` deletes the connection Secret along with its users: the users' finalizers
-    on it keep it (readable) until they have given back what they hold in NetBox, so the namespace goes
-    and NetBox is left clean. Under the operator's own RBAC."""
+    """`kubectl delete namespace` deletes the connection Secret along with its users, here while the
+    operator is down: the users' finalizers on it keep it (readable) until they have given back what they
+    hold in NetBox, so the namespace goes and NetBox is left clean. Under the operator's own RBAC."""
     seed_inventory(netbox, 1)
     netbox.seed(
         {"cluster_types": [{"name": "kvm", "slug": "kvm"}], "clusters": [{"name": "kvm1", "type": "kvm"}]}
     )
     await create_connection_secret(kube, namespace, netbox)
-    run_operator_as("netbox_device", "netbox-device", namespaces=[namespace], env=OPERATOR_ENV)
+    operator = run_operator_as("netbox_device", "netbox-device", namespaces=[namespace], env=OPERATOR_ENV)
     await create_device_claim(kube, netbox, namespace, "m0")
     await kube.create(MACHINES, vm_body(netbox, "vm1"), namespace)
     await wait_reason(kube, DEVICES, namespace, "m0", "Claimed")
@@ -95,12 +96,9 @@ async def test_deleting_the_namespace_releases_the_device_and_the_vm_record_befo
     ]
     assert registered["metadata"]["annotations"][HELD_ANNOTATION] == f"{namespace}/netbox"
 
-    await kube.delete(resources.NAMESPACES, namespace)
-
-    async def namespace_gone() -> bool:
-        return await kube.get(resources.NAMESPACES, namespace) is None
-
-    await eventually("the namespace to be deleted", namespace_gone, within=120)
+    # Deleted while the operator is down, the Secret stays (Terminating) for its users' release.
+    [kept] = await delete_namespace_while_down(kube, namespace, operator, ["netbox"], within=120)
+    assert len(kept["metadata"]["finalizers"]) == 2
     assert owned_devices(netbox) == {}
     assert netbox.client.list_all("virtualization/virtual-machines/", id=vm_id) == []
     for address in ("10.77.0.5", "2001:db8::5", "10.78.0.9"):

@@ -28,14 +28,24 @@ OVERLAYS = (
     "baremetal-provision",
     "capi-machine-glue",
     "all-in-one",
+    "namespaced",
 )
 FIELD_MANAGER = "capfleet-deploy-tests"
 NAMESPACE = "capfleet-system"
 
 
 def apply(kubectl: Kubectl, rendered: str, *extra: str) -> str:
+    # --force-conflicts: the RBAC tests of the same session apply deploy/base's admission policies under
+    # their own field manager, and the API server's defaults in them then count as theirs.
     return kubectl(
-        "apply", "--server-side", f"--field-manager={FIELD_MANAGER}", *extra, "-f", "-", stdin=rendered
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        f"--field-manager={FIELD_MANAGER}",
+        *extra,
+        "-f",
+        "-",
+        stdin=rendered,
     )
 
 
@@ -51,6 +61,11 @@ def fleet_base(control_plane: Cluster) -> Kubectl:
 def test_overlay_passes_server_side_dry_run(fleet_base: Kubectl, overlay: str) -> None:
     output = apply(fleet_base, build(repo_root() / "deploy" / "overlays" / overlay), "--dry-run=server")
     assert "deployment.apps/capfleet-" in output
+
+
+def test_the_tenant_bindings_pass_server_side_dry_run_in_a_tenant_namespace(fleet_base: Kubectl) -> None:
+    output = apply(fleet_base, build(repo_root() / "deploy" / "tenant"), "-n", "default", "--dry-run=server")
+    assert output.count("rolebinding.rbac.authorization.k8s.io/capfleet-") == 4
 
 
 def deployments(kubectl: Kubectl) -> dict[str, dict[str, Any]]:

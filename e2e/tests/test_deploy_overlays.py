@@ -81,14 +81,27 @@ def test_operator_overlay_is_a_complete_hardened_base(operator: str) -> None:
 
     account = only(objects, "ServiceAccount")
     assert pod["serviceAccountName"] == account["metadata"]["name"]
-    binding = only(objects, "ClusterRoleBinding")
-    assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": NAMESPACE}
+    subjects = [{"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": NAMESPACE}]
+    # The manager ClusterRole, and (for operators that read credentials) Secrets in one of their own.
+    cluster_roles = sorted(o["metadata"]["name"] for o in objects if o["kind"] == "ClusterRole")
+    own = [f"capfleet-{operator}-manager"] + (
+        [] if operator == "capi-machine-glue" else [f"capfleet-{operator}-secrets"]
+    )
+    assert cluster_roles == sorted(own)
+    bindings = [o for o in objects if o["kind"] == "ClusterRoleBinding"]
+    assert [b["subjects"] for b in bindings] == [subjects] * len(cluster_roles)
+    assert sorted(b["roleRef"]["name"] for b in bindings) == cluster_roles
+    secret_roles = [
+        o["metadata"]["name"]
+        for o in objects
+        if o["kind"] == "ClusterRole" and any("secrets" in rule["resources"] for rule in o["rules"])
     ]
-    assert binding["roleRef"]["name"] == only(objects, "ClusterRole")["metadata"]["name"]
+    assert secret_roles == [name for name in own if name.endswith("-secrets")], (
+        "Secrets only in their own role"
+    )
     role, role_binding = only(objects, "Role"), only(objects, "RoleBinding")
     assert role["metadata"]["namespace"] == NAMESPACE
-    assert role_binding["subjects"] == binding["subjects"]
+    assert role_binding["subjects"] == subjects
     assert role_binding["roleRef"]["name"] == role["metadata"]["name"]
     named = [r for r in role["rules"] if r.get("resourceNames")]
     assert named == [
@@ -119,6 +132,27 @@ def test_all_in_one_is_the_base_plus_every_operator_once() -> None:
     assert len(crd_names) == len(set(crd_names))
     reader = only([o for o in objects if o["metadata"]["name"] == "capfleet-metrics-reader"], "ClusterRole")
     assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+
+
+def test_namespaced_mode_binds_secrets_only_where_the_tenant_kustomization_is_applied() -> None:
+    objects = rendered("deploy/overlays/namespaced")
+    bound = {o["roleRef"]["name"] for o in objects if o["kind"] == "ClusterRoleBinding"}
+    readers = ("ipam-address", "netbox-device", "libvirt-vm", "baremetal-provision")
+    assert bound == {f"capfleet-{operator}-manager" for operator in OPERATORS}
+    roles = {o["metadata"]["name"] for o in objects if o["kind"] == "ClusterRole"}
+    assert {f"capfleet-{operator}-secrets" for operator in readers} <= roles
+    tenant = rendered("deploy/tenant")
+    assert {o["kind"] for o in tenant} == {"RoleBinding"}
+    assert all("namespace" not in o["metadata"] for o in tenant), (
+        "the namespace is the tenant's, given at apply"
+    )
+    assert sorted(
+        (o["roleRef"]["kind"], o["roleRef"]["name"], o["subjects"][0]["name"]) for o in tenant
+    ) == sorted(
+        ("ClusterRole", f"capfleet-{operator}-secrets", f"capfleet-{operator}-manager")
+        for operator in readers
+    )
+    assert {o["subjects"][0]["namespace"] for o in tenant} == {NAMESPACE}
 
 
 def test_components_add_netbox_secret_verbose_logging_and_service_monitors(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ import yaml
 
 from capfleet_e2e.controlplane import Cluster
 from capfleet_e2e.kubebin import HarnessError, Kubectl, repo_root
+from capfleet_e2e.kustomize import build
 from capfleet_e2e.serviceaccounts import (
     NAMESPACE,
     Access,
@@ -207,3 +208,32 @@ def test_operators_may_change_nothing_on_a_secret_but_their_own_holds(
         assert not stored["metadata"].get("finalizers")
     finally:
         admin("delete", "namespace", namespace, "--wait=false")
+
+
+def test_in_namespaced_mode_operators_read_secrets_only_in_tenant_namespaces(admin: Kubectl) -> None:
+    """deploy/overlays/namespaced drops the cluster-wide Secret bindings; deploy/tenant binds them in one
+    namespace: a workload cluster's CA Secret anywhere else is out of every operator's reach."""
+    tenant, other = f"tenant-{secrets.token_hex(3)}", f"other-{secrets.token_hex(3)}"
+    for namespace in (tenant, other):
+        admin("create", "namespace", namespace)
+    try:
+        for operator in READS_SECRETS:
+            admin("delete", "clusterrolebinding", f"capfleet-{operator}-secrets", "--ignore-not-found")
+        admin(
+            "apply", "--server-side", "-n", tenant, "-f", "-", stdin=build(repo_root() / "deploy" / "tenant")
+        )
+        expected: dict[Access, bool] = {}
+        for operator in OPERATORS:
+            user = service_account_user(operator)
+            for verb in ("get", "patch"):
+                expected[(user, verb, "", "secrets:hybrid-ca", tenant)] = operator in READS_SECRETS
+                expected[(user, verb, "", "secrets:hybrid-ca", other)] = False
+                expected[(user, verb, "", "secrets:hybrid-ca", NAMESPACE)] = False
+            expected[(user, "list", "", "secrets", tenant)] = False
+        answers = allowed(admin, list(expected))
+        assert {q: a for q, a in answers.items() if a != expected[q]} == {}
+    finally:
+        for operator in OPERATORS:
+            apply_operator_rbac(admin, operator)  # back to the cluster-wide bindings for the other tests
+        for namespace in (tenant, other):
+            admin("delete", "namespace", namespace, "--wait=false")

@@ -20,8 +20,7 @@ from typing import Any, TypeVar
 import pynetbox
 import requests
 
-from capfleet import errors, metrics, resources
-from capfleet.kube import Kube
+from capfleet import errors, metrics
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT = 10.0
@@ -55,15 +54,6 @@ def connection_from_secret(secret: Mapping[str, Any]) -> Connection:
             f"Secret {name}: url must start with https:// or http://", reason="SecretInvalid"
         )
     return Connection(url=url.rstrip("/"), token=token, ca_bundle=value("caBundle"))
-
-
-async def read_connection(kube: Kube, namespace: str, secret_name: str) -> Connection:
-    secret = await kube.get(resources.SECRETS, secret_name, namespace)
-    if secret is None:
-        raise errors.DependencyMissing(
-            f"Secret {namespace}/{secret_name} does not exist", reason="SecretMissing"
-        )
-    return connection_from_secret(secret)
 
 
 class _TimeoutSession(requests.Session):

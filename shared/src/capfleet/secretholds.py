@@ -25,8 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from capfleet import resources
-from capfleet.kube import Invalid, Kube
+from capfleet import errors, resources
+from capfleet.kube import Forbidden, Invalid, Kube, Obj
 from capfleet.resources import Resource
 
 DOMAIN = "holds.capfleet.dev"
@@ -34,6 +34,23 @@ HELD_ANNOTATION = "capfleet.dev/held-secrets"
 """On a holder: the Secrets it holds, as comma-separated `namespace/name`."""
 NAME_MAX = 63
 _QUALIFIED_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+
+SECRET_FORBIDDEN = "SecretForbidden"
+
+
+async def get_secret(kube: Kube, namespace: str, name: str) -> Obj | None:
+    """A Secret by name, or None when it does not exist. In namespaced mode an operator may read Secrets
+    only where deploy/tenant bound its secrets ClusterRole: elsewhere the 403 becomes a condition that
+    says so, retried like a missing Secret."""
+    try:
+        return await kube.get(resources.SECRETS, name, namespace)
+    except Forbidden as exc:
+        message = (
+            f"may not read Secret {namespace}/{name} ({exc.message}); in namespaced mode, apply "
+            f"deploy/tenant in namespace {namespace}"
+        )
+        raise errors.DependencyMissing(message, reason=SECRET_FORBIDDEN) from exc
 
 
 @dataclass(frozen=True)

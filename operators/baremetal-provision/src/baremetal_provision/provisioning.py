@@ -24,7 +24,7 @@ from baremetal_provision.backends import bmc
 from baremetal_provision.backends.base import BMC, Credentials, PowerState, SystemFacts
 from baremetal_provision.contexts import INSTANCES, Context
 from baremetal_provision.reporting import InstanceStatus
-from capfleet import errors, pausing, resources, secretholds
+from capfleet import errors, pausing, secretholds
 from capfleet.api import kinds
 from capfleet.api.baremetal import BaremetalInstance
 from capfleet.kube import Kube
@@ -42,7 +42,7 @@ def _decoded(data: Mapping[str, str], key: str) -> str | None:
 async def credentials(kube: Kube, holder: secretholds.Holder, name: str) -> Credentials:
     """username/password (and optional caBundle) from the BMC credentials Secret `name`, held by `holder`
     (the instance) until its deletion has powered the server off."""
-    secret = await kube.get(resources.SECRETS, name, holder.namespace)
+    secret = await secretholds.get_secret(kube, str(holder.namespace), name)
     if secret is None:
         raise errors.DependencyMissing(
             f"BMC credentials Secret {name} not found", reason="CredentialsMissing"

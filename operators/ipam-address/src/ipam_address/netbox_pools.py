@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
-from capfleet import conditions, errors, netbox, resources, secretholds, statuses
+from capfleet import conditions, errors, netbox, secretholds, statuses
 from capfleet.api import capi, kinds
 from capfleet.conditions import Update
 from capfleet.kube import Kube
@@ -35,7 +35,7 @@ class Clients:
     ) -> Addressing:
         """The pool's client; `holder` (the pool itself, as just read) first holds the Secret."""
         secret_name = pool.netbox().connection_secret_ref.name
-        secret = await kube.get(resources.SECRETS, secret_name, pool.key.namespace)
+        secret = await secretholds.get_secret(kube, pool.key.namespace, secret_name)
         if secret is None:
             message = f"Secret {pool.key.namespace}/{secret_name} does not exist"
             raise errors.DependencyMissing(message, reason="SecretMissing")

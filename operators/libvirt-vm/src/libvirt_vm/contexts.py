@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from capfleet import errors, reconciling, resources, secretholds
+from capfleet import errors, reconciling, secretholds
 from capfleet.api import kinds
 from capfleet.api.libvirt import Hypervisor
 from capfleet.kube import Kube, Obj
@@ -61,7 +61,7 @@ class Context(reconciling.Context):
 
 
 async def read_secret(kube: Kube, namespace: str, name: str) -> Obj:
-    secret = await kube.get(resources.SECRETS, name, namespace)
+    secret = await secretholds.get_secret(kube, namespace, name)
     if secret is None:
         raise errors.DependencyMissing(f"Secret {namespace}/{name} not found", reason="SecretMissing")
     return secret

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from capfleet import errors, netbox, resources, secretholds
+from capfleet import errors, netbox, secretholds
 from capfleet.api.base import ConnectionSecretReference
 from capfleet.kube import Kube
 from netbox_device.backends.devices import Devices, PynetboxDevices
@@ -32,7 +32,7 @@ class Clients:
 
     async def _for(self, kube: Kube, holder: secretholds.Holder, ref: ConnectionSecretReference) -> Backends:
         namespace = str(holder.namespace)
-        secret = await kube.get(resources.SECRETS, ref.name, namespace)
+        secret = await secretholds.get_secret(kube, namespace, ref.name)
         if secret is None:
             raise errors.DependencyMissing(
                 f"Secret {namespace}/{ref.name} does not exist", reason="SecretMissing"

@@ -67,6 +67,18 @@ def test_domain_xml_names_its_owner_and_devices() -> None:
     assert domains.parse_owner("not xml") is None
 
 
+def test_the_owner_names_the_management_cluster_and_a_domain_without_one_is_another_owner() -> None:
+    ours = domains.Owner("ns", "vm", "capfleet-0123456789ab")
+    xml = domains.domain_xml(dataclasses.replace(plan(), owner=ours))
+    assert domains.parse_owner(xml) == ours
+    theirs = domains.parse_owner(
+        domains.domain_xml(dataclasses.replace(plan(), owner=domains.Owner("ns", "vm", "b")))
+    )
+    legacy = domains.parse_owner(domains.domain_xml(plan()))
+    assert legacy == domains.Owner("ns", "vm", None)
+    assert ours not in (theirs, legacy), "same namespace and name, another management cluster: not ours"
+
+
 def test_the_domain_uuid_is_the_guests_instance_id_and_never_changes() -> None:
     # Pinned: a changed UUID would make libvirt see a second domain and cloud-init a new instance.
     assert names.domain_uuid("ns", "vm") == "4dcd16b8-7a49-5b35-8c52-19300ed2155d"

@@ -3,7 +3,8 @@ stopped mid-way gives a condition, then the VM converges once it is back, as it 
 restarts mid-create; a missing base image is reported and leaves no volume; three anti-affine VMs spread
 over two hypervisors within each one's capacity, a fourth waits for room; a root disk left too small by a
 kill is grown; a Hypervisor's deletion waits for its VMs; a VM whose host is gone says why its deletion
-fails, and `detached` lets it go, as does a VM that never wrote to its host."""
+fails, and `detached` lets it go, as does a VM that never wrote to its host; another management cluster's
+domain of the same name is neither taken nor deleted."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from libvirt_vm_helpers import (
     wait_condition,
 )
 
+from capfleet import instances, resources
 from capfleet.kube import Kube
 from capfleet.resources import Resource
 from capfleet_e2e.fixtures import RunOperator
@@ -30,7 +32,7 @@ from capfleet_e2e.libvirt.image import TestImage
 from capfleet_e2e.libvirt.sshd import generate_ed25519
 from capfleet_e2e.site import ensure_base_image, remove_base_image
 from capfleet_e2e.waiting import eventually
-from libvirt_vm import seeding
+from libvirt_vm import domains, names, seeding
 
 pytestmark = pytest.mark.integration
 NO_CALLBACK = 9  # the guests' callbacks go nowhere here; these tests watch libvirt, not the guest
@@ -244,6 +246,50 @@ async def test_deletion_without_its_hypervisor_says_why_and_detached_lets_it_go(
         await delete_all(kube, namespace, [name])
         remove_base_image(hv)
     assert leftovers(hv, namespace) == ([], [])
+
+
+async def test_another_management_clusters_domain_of_the_same_name_is_neither_taken_nor_deleted(
+    kube: Kube, namespace: str, run_operator: RunOperator, hypervisors: list[Hypervisor]
+) -> None:
+    """Two management clusters share the hypervisor, and each has a LibvirtVM `<namespace>/vm1`: ours
+    refuses the other's domain before it writes anything, and its deletion leaves that domain alone."""
+    hv = hypervisors[0]
+    theirs = domains.DomainPlan(
+        name=f"{namespace}_vm1",
+        uuid=names.domain_uuid(namespace, "vm1"),
+        owner=domains.Owner(namespace, "vm1", "capfleet-0ther0c1u5ter"),
+        vcpus=1,
+        memory_mib=64,
+        disks=(),
+        seed_path="/nonexistent/cidata.iso",
+        interfaces=(),
+    )
+    conn = hv.connect()
+    try:
+        conn.defineXML(domains.domain_xml(theirs))
+    finally:
+        conn.close()
+    run_operator("libvirt_vm", env=OPERATOR_ENV)
+    name = await create_hypervisor(kube, namespace, hv)
+    try:
+        await create_vm(kube, namespace, "vm1", NO_CALLBACK, powerState="Off")
+        refused = await wait_condition(kube, VMS, "vm1", namespace, "DisksReady", "False", 60)
+        assert (condition(refused, "DisksReady") or {}).get("reason") == "DomainNameTaken"
+        recorded = refused["metadata"]["annotations"]["libvirt.capfleet.dev/owner-instance"]
+        cluster = await kube.get(resources.NAMESPACES, "kube-system")
+        assert cluster is not None
+        assert recorded == instances.derived(cluster["metadata"]["uid"]), "derived from this cluster"
+        assert leftovers(hv, namespace) == ([f"{namespace}_vm1"], []), (
+            "no volume made beside a foreign domain"
+        )
+        await kube.delete(VMS, "vm1", namespace)
+        await eventually("our VM to be deleted", lambda: gone(kube, "vm1", namespace), 60)
+        assert leftovers(hv, namespace) == ([f"{namespace}_vm1"], []), "their domain is left alone"
+        reasons = [e.get("reason") for e in await kube.list(resources.EVENTS, namespace)]
+        assert "DomainNotOwned" in reasons
+    finally:
+        remove_domains(hv, namespace)
+        await delete_all(kube, namespace, [name])
 
 
 async def gone(kube: Kube, name: str, namespace: str | None, resource: Resource = VMS) -> bool:

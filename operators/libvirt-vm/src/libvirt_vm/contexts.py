@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from capfleet import errors, reconciling, secretholds
+from capfleet import errors, instances, reconciling, secretholds
 from capfleet.api import kinds
 from capfleet.api.libvirt import Hypervisor
 from capfleet.kube import Kube, Obj
@@ -37,6 +37,7 @@ class Shared:
     placement_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     vm_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     checked_seeds: set[str] = field(default_factory=set)  # `<hypervisor>/<volume>` read back this run
+    instance: str | None = None  # this management cluster's instance name, once resolved
 
 
 @dataclass
@@ -58,6 +59,12 @@ class Context(reconciling.Context):
 
     def vm_lock(self, namespace: str, name: str) -> asyncio.Lock:
         return self.vm_locks.setdefault(f"{namespace}/{name}", asyncio.Lock())
+
+    async def instance(self) -> str:
+        """This management cluster's instance name (`capfleet.instances`), resolved once."""
+        if self.shared.instance is None:
+            self.shared.instance = await instances.resolve(self.kube, self.settings.instance)
+        return self.shared.instance
 
 
 async def read_secret(kube: Kube, namespace: str, name: str) -> Obj:

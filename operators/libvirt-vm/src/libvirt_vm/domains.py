@@ -1,8 +1,10 @@
 """The libvirt domain XML of a LibvirtVM, and reading back who owns a domain.
 
 A domain carries a capfleet metadata element naming its owner (namespace and name, never the UID, which
-changes on `clusterctl move`), so the operator can tell its own domain from a foreign one of the same
-name before it defines anything. Built with ElementTree so that names and paths are always escaped.
+changes on `clusterctl move`, and the instance name of the management cluster, `capfleet.instances`), so
+the operator can tell its own domain from a foreign one of the same name, another management cluster's
+included, before it writes anything and before it deletes anything. Built with ElementTree so that
+names and paths are always escaped.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ CONSOLE_LOG_DIR = "/var/log/libvirt/qemu"
 class Owner:
     namespace: str
     name: str
+    instance: str | None = None
+    """The management cluster's instance name; None for domains (and VMs) from before it was recorded."""
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,7 @@ def parse_owner(xml: str) -> Owner | None:
     if found is None:
         return None
     namespace, name = found.get("namespace"), found.get("name")
-    return Owner(namespace, name) if namespace and name else None
+    return Owner(namespace, name, found.get("instance") or None) if namespace and name else None
 
 
 def _interface(devices: ET.Element, nic: VMInterface) -> None:
@@ -86,7 +90,10 @@ def domain_xml(plan: DomainPlan) -> str:
     ET.SubElement(domain, "uuid").text = plan.uuid
     metadata = ET.SubElement(domain, "metadata")
     vm = ET.SubElement(metadata, f"{{{METADATA_NS}}}vm")
-    ET.SubElement(vm, f"{{{METADATA_NS}}}owner", {"namespace": plan.owner.namespace, "name": plan.owner.name})
+    owner = {"namespace": plan.owner.namespace, "name": plan.owner.name}
+    if plan.owner.instance:
+        owner["instance"] = plan.owner.instance
+    ET.SubElement(vm, f"{{{METADATA_NS}}}owner", owner)
     ET.SubElement(domain, "memory", {"unit": "MiB"}).text = str(plan.memory_mib)
     ET.SubElement(domain, "vcpu").text = str(plan.vcpus)
     ET.SubElement(domain, "cpu", {"mode": CPU_MODES.get(plan.virt_type, "maximum")})

@@ -24,6 +24,9 @@ class LibvirtSettings(reconciling.Settings):
     """How many GiB of disk placement may give out per GiB of pool (copy-on-write disks are thin)."""
     domain_type: str = reconciling.setting("auto", env="CAPFLEET_LIBVIRT_DOMAIN_TYPE")
     """libvirt domain type: "kvm", "qemu" (TCG), or "auto" (kvm when the host offers it)."""
+    instance: str = reconciling.setting("", env="CAPFLEET_INSTANCE_NAME")
+    """This management cluster's name in the domains it defines (`capfleet.instances`; empty or "auto":
+    derived from the cluster), so two management clusters sharing a hypervisor never take each other's."""
 
     def virt_type(self, kvm_offered: bool) -> str:
         """The domain type to define: the configured one, or under "auto" kvm when the host offers it."""

@@ -10,6 +10,7 @@ anything is created.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -29,6 +30,8 @@ STEPS = [SCHEDULED, DISKS, SEED, DEFINED, RUNNING]
 TOUCHED = "libvirt.capfleet.dev/hypervisor-touched"
 """Written before the first write to the VM's hypervisor: a VM without it (nor a step that succeeded there,
 for VMs made before the mark) left nothing on any host, so its deletion needs no hypervisor."""
+OWNER_INSTANCE = "libvirt.capfleet.dev/owner-instance"
+"""Written with TOUCHED: the management cluster's instance name the VM's domain records as its owner's."""
 DETACHED = "libvirt.capfleet.dev/detached"
 """Set by a person, as Metal3's `detached`: deletion leaves the hypervisor alone (the way out for a host
 that is gone for good; whatever the VM had there stays there)."""
@@ -89,7 +92,7 @@ async def hypervisor_target(
 async def reach(ctx: Context, meta: Mapping[str, Any], hv_name: str) -> Placed:
     """The VM (`meta`, as just read) as placed on `hv_name`, with the SSH target of the hypervisor, whose
     Secrets the VM holds from then on."""
-    owner = domains.Owner(meta["namespace"], meta["name"])
+    owner = owner_of(meta)
     hypervisor, target = await hypervisor_target(ctx, hv_name, secretholds.Holder(VMS, meta))
     domain = names.domain_name(owner.namespace, owner.name)
     return Placed(ctx, owner, hv_name, target, hypervisor.spec.storage_pool, domain)
@@ -115,16 +118,37 @@ async def seed_data(placed: Placed, vm: LibvirtVM) -> bytes:
     return seeding.cidata_iso(seeding.seed_files(user_data, meta, network))
 
 
-def define_owned(conn: Any, plan: domains.DomainPlan) -> hosts.DomainInfo:
-    """The VM's domain, defined if missing; a domain of that name owned by another object is refused."""
-    found = hosts.find_domain(conn, plan.name)
-    if found is None:
-        return hosts.define(conn, domains.domain_xml(plan))
-    if domains.parse_owner(found.xml) != plan.owner:
+def owner_of(meta: Mapping[str, Any]) -> domains.Owner:
+    """The owner the VM's domain records: its namespace, name and the instance name it was marked with."""
+    instance = (meta.get("annotations") or {}).get(OWNER_INSTANCE) or None
+    return domains.Owner(meta["namespace"], meta["name"], instance)
+
+
+def owned_domain(conn: Any, name: str, owner: domains.Owner) -> hosts.DomainInfo | None:
+    """The domain `name` if it is `owner`'s, None if there is none; one owned by another object (of this
+    management cluster or another) is refused."""
+    found = hosts.find_domain(conn, name)
+    if found is not None and domains.parse_owner(found.xml) != owner:
         raise errors.BackendRejected(
-            f"a domain named {plan.name} exists and is not owned by this LibvirtVM", reason="DomainNameTaken"
+            f"a domain named {name} exists and is not owned by this LibvirtVM", reason="DomainNameTaken"
         )
     return found
+
+
+def define_owned(conn: Any, plan: domains.DomainPlan) -> hosts.DomainInfo:
+    """The VM's domain, defined if missing; a domain of that name owned by another object is refused."""
+    return owned_domain(conn, plan.name, plan.owner) or hosts.define(conn, domains.domain_xml(plan))
+
+
+def remove_owned(conn: Any, name: str, pool_name: str, prefix: str, owner: domains.Owner) -> bool:
+    """Destroy the VM's domain and its volumes, and say so; a domain of that name that is another's
+    (another management cluster's VM of the same namespace and name) is left alone with the volumes of
+    its name, which are its own, and the answer is False."""
+    found = hosts.find_domain(conn, name)
+    if found is not None and domains.parse_owner(found.xml) != owner:
+        return False
+    hosts.remove(conn, name, pool_name, prefix)
+    return True
 
 
 def power(conn: Any, name: str, on: bool) -> hosts.DomainInfo:
@@ -150,7 +174,7 @@ async def converge(ctx: Context, body: Mapping[str, Any], owner: domains.Owner) 
     """Every step in order; the first that fails writes its condition and raises."""
     vm = kinds.LIBVIRT_VM.parse(body)
     run = reconciling.Recorder(ctx, VMS, body, STEPS)
-    placed = await schedule(ctx, run, vm, owner)
+    placed = await take_name(run, await schedule(ctx, run, vm, owner))
     disk_paths = await make_disks(run, placed, vm)
     seed_path = await make_seed(run, placed, vm)
     await define(run, placed, vm, tuple(domains.DiskDevice(p) for p in disk_paths), seed_path)
@@ -170,9 +194,17 @@ async def schedule(ctx: Context, run: reconciling.Recorder, vm: LibvirtVM, owner
     return await run.step(DISKS, reach(ctx, run.body["metadata"], hv_name), "Pending")
 
 
+async def take_name(run: reconciling.Recorder, placed: Placed) -> Placed:
+    """Before the first write to the hypervisor: the VM is marked (its deletion has work there, under this
+    owner) and a domain of its name that is not its own is refused, before any volume is made for it."""
+    instance = await mark_touched(placed.ctx, run.body)
+    placed = dataclasses.replace(placed, owner=dataclasses.replace(placed.owner, instance=instance))
+    await run.step(DISKS, placed.run(lambda c: owned_domain(c, placed.domain, placed.owner)), "Pending")
+    return placed
+
+
 async def make_disks(run: reconciling.Recorder, placed: Placed, vm: LibvirtVM) -> list[str]:
     """DisksReady: one volume per disk in the hypervisor's pool; their paths."""
-    await mark_touched(placed.ctx, run.body)
     paths: list[str] = []
     message = f"{len(vm.spec.disks)} disk volume(s) in pool {placed.pool_name}"
     for disk in vm.spec.disks:
@@ -246,13 +278,18 @@ async def _placed(ctx: Context, vm: LibvirtVM, owner: domains.Owner) -> str:
     return vm.spec.hypervisor_name or await place(ctx, vm, owner)
 
 
-async def mark_touched(ctx: Context, body: Mapping[str, Any]) -> None:
-    """Record, before the first write to the hypervisor, that the VM's deletion will have work there."""
+async def mark_touched(ctx: Context, body: Mapping[str, Any]) -> str | None:
+    """Record, before the first write to the hypervisor, that the VM's deletion will have work there and
+    the instance name its domain is owned under; return that name (None for VMs from before it was
+    recorded, whose domains carry none)."""
     meta = body["metadata"]
-    if TOUCHED not in (meta.get("annotations") or {}):
-        patch = {"metadata": {"annotations": {TOUCHED: "true"}}}
-        if await ctx.kube.patch(VMS, meta["name"], patch, meta["namespace"]) is None:
-            raise errors.Waiting("the LibvirtVM was deleted")
+    if TOUCHED in (meta.get("annotations") or {}):
+        return owner_of(meta).instance
+    instance = None if left_something(body) else await ctx.instance()
+    patch = {"metadata": {"annotations": {TOUCHED: "true", OWNER_INSTANCE: instance}}}
+    if await ctx.kube.patch(VMS, meta["name"], patch, meta["namespace"]) is None:
+        raise errors.Waiting("the LibvirtVM was deleted")
+    return instance
 
 
 def left_something(body: Mapping[str, Any]) -> bool:
@@ -281,12 +318,14 @@ async def remove(ctx: Context, body: Mapping[str, Any]) -> None:
     vm = kinds.LIBVIRT_VM.parse(body)
     if vm.spec.hypervisor_name is None:
         return
-    owner = domains.Owner(meta["namespace"], meta["name"])
+    owner = owner_of(meta)
     try:
         async with ctx.vm_lock(owner.namespace, owner.name):
             placed = await reach(ctx, meta, vm.spec.hypervisor_name)
             prefix = names.volume_prefix(placed.domain)
-            await placed.run(lambda c: hosts.remove(c, placed.domain, placed.pool_name, prefix))
+            removed = await placed.run(
+                lambda c: remove_owned(c, placed.domain, placed.pool_name, prefix, owner)
+            )
     except errors.CapfleetError as exc:
         message = (
             f"cannot remove the domain from Hypervisor {vm.spec.hypervisor_name}: {exc.message}; if that "
@@ -295,4 +334,7 @@ async def remove(ctx: Context, body: Mapping[str, Any]) -> None:
         failed = Update.false(conditions.READY, DELETION_FAILED, message)
         await ctx.write_status(VMS, body, {}, [failed], None)
         raise
+    if not removed:
+        message = f"domain {placed.domain} on {placed.hypervisor} is not this VM's: left alone"
+        await ctx.recorder.transition(body, "Warning", "DomainNotOwned", message)
     ctx.vm_locks.pop(f"{owner.namespace}/{owner.name}", None)

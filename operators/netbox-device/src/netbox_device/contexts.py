@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from capfleet import conditions, errors, pausing, reconciling, resources, secretholds
+from capfleet import conditions, instances, pausing, reconciling, secretholds
 from capfleet.api import kinds
 from capfleet.api.netbox import NetboxDevice, NetboxVirtualMachine
 from capfleet.conditions import Update
@@ -44,7 +44,7 @@ class Context(reconciling.Context):
     def owner(self, obj: NetboxDevice | NetboxVirtualMachine) -> str:
         """The owner value that marks what `obj` holds in NetBox: under the instance name recorded on it,
         or, for an object that claimed before names were recorded, the one it claimed under."""
-        configured = "" if self.settings.instance == selection.DERIVED else self.settings.instance
+        configured = "" if instances.is_derived(self.settings.instance) else self.settings.instance
         instance = selection.recorded_instance(obj.metadata) or configured or selection.LEGACY_INSTANCE
         return selection.owner_of(instance, obj.metadata)
 
@@ -69,19 +69,10 @@ class Context(reconciling.Context):
         return selection.owner_of(instance, meta)
 
     async def instance(self) -> str:
-        """This management cluster's instance name: the configured one, else one derived from the UID of
-        its kube-system namespace, so two management clusters sharing a NetBox never share a name."""
+        """This management cluster's instance name (`capfleet.instances`), resolved once."""
         if self.shared.instance is None:
-            configured = self.settings.instance
-            derive = configured in {"", selection.DERIVED}
-            self.shared.instance = await self._derived_instance() if derive else configured
+            self.shared.instance = await instances.resolve(self.kube, self.settings.instance)
         return self.shared.instance
-
-    async def _derived_instance(self) -> str:
-        namespace = await self.kube.get(resources.NAMESPACES, "kube-system")
-        if namespace is None:
-            raise errors.DependencyMissing("namespace kube-system not found", reason="NoClusterIdentity")
-        return selection.derived_instance(namespace["metadata"]["uid"])
 
     async def devices(self, claim: NetboxDevice) -> Devices:
         ref = claim.spec.connection_secret_ref

@@ -30,8 +30,6 @@ T = TypeVar("T")
 # recorded used the configured name, or this one, the old default.
 OWNER_INSTANCE = "netbox.capfleet.dev/owner-instance"
 LEGACY_INSTANCE = "capfleet"
-DERIVED = "auto"
-"""CAPFLEET_INSTANCE_NAME's value (like empty) for a name derived from the management cluster."""
 
 
 def owner_of(instance: str, meta: Mapping[str, Any]) -> str:
@@ -41,11 +39,6 @@ def owner_of(instance: str, meta: Mapping[str, Any]) -> str:
 
 def recorded_instance(meta: Mapping[str, Any]) -> str | None:
     return (meta.get("annotations") or {}).get(OWNER_INSTANCE) or None
-
-
-def derived_instance(cluster_uid: str) -> str:
-    """The default instance name of a management cluster, from its kube-system namespace's UID."""
-    return "capfleet-" + cluster_uid.replace("-", "")[:12]
 
 
 def exact_criteria(selector: DeviceSelector) -> list[tuple[str, str]]:

@@ -56,8 +56,8 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "CAPFLEET_VERBOSE": ("false", "debug logging of every operator: true or false"),
     "CAPFLEET_INSTANCE_NAME": (
         "auto",
-        "this management cluster's name in NetBox owner values and libvirt domains; auto: derived from its"
-        " kube-system UID",
+        "this management cluster's name in NetBox owner values (devices, VMs, IPs) and libvirt domains;"
+        " auto: derived from its kube-system UID",
     ),
 }
 
@@ -124,7 +124,7 @@ def components(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
             _set_env(
                 container, "CAPFLEET_VERBOSE", f"${{CAPFLEET_VERBOSE:={VARIABLES['CAPFLEET_VERBOSE'][0]}}}"
             )
-            if operator in {"netbox-device", "libvirt-vm"}:
+            if operator in {"netbox-device", "libvirt-vm", "ipam-address"}:
                 _set_env(container, "CAPFLEET_INSTANCE_NAME", "${CAPFLEET_INSTANCE_NAME:=auto}")
         result.append(obj)
     # Namespace first, as clusterctl orders it too.

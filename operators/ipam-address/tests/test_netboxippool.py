@@ -41,6 +41,12 @@ from capfleet_e2e.waiting import eventually
 pytestmark = pytest.mark.integration
 
 NB = "NetboxIPPool"
+INSTANCE = "mgmt-a"
+ENV = {"CAPFLEET_INSTANCE_NAME": INSTANCE}
+
+
+def owner(namespace: str, claim: str) -> str:
+    return f"{INSTANCE}/{namespace}/{claim}@nb"
 
 
 async def pool_ready(kube: Kube, namespace: str, name: str, reason: str) -> dict[str, object]:
@@ -58,7 +64,7 @@ async def test_allocates_in_order_tags_owners_and_releases(
     prefixes = create_prefixes(netbox, 60)
     await create_connection_secret(kube, namespace, netbox)
     await create_netbox_pool(kube, namespace, "nb", [prefixes.small, prefixes.large], tenant=None)
-    operator = run_operator("ipam_address", namespaces=[namespace])
+    operator = run_operator("ipam_address", namespaces=[namespace], env=ENV)
     await pool_ready(kube, namespace, "nb", "Ready")
 
     for name in ("c1", "c2", "c3"):
@@ -68,9 +74,9 @@ async def test_allocates_in_order_tags_owners_and_releases(
     assert sorted(bound.values())[2] == "10.60.1.1", "a full prefix (409) moves on to the next one"
 
     ips = owned_ips(netbox, prefixes.vrf_id)
-    assert set(ips) == {f"{namespace}/{name}@nb" for name in bound}
+    assert set(ips) == {owner(namespace, name) for name in bound}
     second = next(name for name, address in bound.items() if address == "10.60.1.1")
-    ip = ips[f"{namespace}/{second}@nb"]
+    ip = ips[owner(namespace, second)]
     assert ip["address"] == "10.60.1.1/28"
     assert [t["slug"] for t in ip["tags"]] == ["capfleet"]
     assert ip["description"] == f"capfleet: IPAddressClaim {namespace}/{second}"
@@ -80,31 +86,44 @@ async def test_allocates_in_order_tags_owners_and_releases(
 
     await kube.delete(CLAIMS, "c1", namespace)
     await gone(kube, CLAIMS, "c1", namespace)
-    assert f"{namespace}/c1@nb" not in owned_ips(netbox, prefixes.vrf_id), "release deletes the NetBox IP"
+    assert owner(namespace, "c1") not in owned_ips(netbox, prefixes.vrf_id), "release deletes the NetBox IP"
     log = operator.log()
     assert "Secret" in log or "secret" in log or "claim" in log, "the operator logged (verbosely) at all"
     for secret in (netbox.token, base64.b64encode(netbox.token.encode()).decode()):
         assert secret not in log, "the NetBox token reached the operator's log"
 
 
+@pytest.mark.parametrize("allocated", ["now", "before instance names"])
 async def test_same_address_after_crash_lost_status_and_hand_deletion(
-    kube: Kube, namespace: str, run_operator: RunOperator, netbox: NetboxInstance
+    kube: Kube, namespace: str, run_operator: RunOperator, netbox: NetboxInstance, allocated: str
 ) -> None:
     ensure_owner_field_and_tag(netbox)
     prefixes = create_prefixes(netbox, 61)
-    # As if the operator crashed after writing to NetBox and before writing the IPAddress:
+    # Another management cluster's claim of the same namespace and name: never taken.
+    netbox.client.create(
+        "ipam/ip-addresses/",
+        {
+            "address": "10.61.1.5/28",
+            "vrf": prefixes.vrf_id,
+            "custom_fields": {OWNER_FIELD: f"other/{namespace}/k1@nb"},
+        },
+    )
+    # As if the operator crashed after writing to NetBox and before writing the IPAddress (the claim
+    # marked with the instance name first), or allocated before instance names were recorded:
+    current = allocated == "now"
     netbox.client.create(
         "ipam/ip-addresses/",
         {
             "address": "10.61.1.9/28",
             "vrf": prefixes.vrf_id,
-            "custom_fields": {OWNER_FIELD: f"{namespace}/k1@nb"},
+            "custom_fields": {OWNER_FIELD: owner(namespace, "k1") if current else f"{namespace}/k1@nb"},
         },
     )
     await create_connection_secret(kube, namespace, netbox)
     await create_netbox_pool(kube, namespace, "nb", [prefixes.large])
-    run_operator("ipam_address", namespaces=[namespace])
-    await create_claim(kube, namespace, "k1", pool_ref("nb", NB))
+    mark = {"ipam-address.capfleet.dev/netbox-allocation": INSTANCE} if current else {}
+    await create_claim(kube, namespace, "k1", pool_ref("nb", NB), annotations=mark)
+    run_operator("ipam_address", namespaces=[namespace], env=ENV)
     assert await bound_address(kube, namespace, "k1") == "10.61.1.9"
 
     await kube.patch_status(CLAIMS, "k1", {"addressRef": None, "conditions": []}, namespace)
@@ -123,7 +142,7 @@ async def test_same_address_after_crash_lost_status_and_hand_deletion(
         )
 
     assert await eventually("the IPAddress to come back", recreated) == "10.61.1.9"
-    assert len(owned_ips(netbox, prefixes.vrf_id)) == 1, "no second NetBox IP for the same claim"
+    assert len(owned_ips(netbox, prefixes.vrf_id)) == 2, "no second NetBox IP for the same claim"
 
 
 async def test_exhaustion_then_recovery_and_keep_policy(
@@ -133,7 +152,7 @@ async def test_exhaustion_then_recovery_and_keep_policy(
     prefixes = create_prefixes(netbox, 62)
     await create_connection_secret(kube, namespace, netbox)
     await create_netbox_pool(kube, namespace, "nb", [prefixes.small], releasePolicy="Keep")
-    run_operator("ipam_address", namespaces=[namespace])
+    run_operator("ipam_address", namespaces=[namespace], env=ENV)
     for name in ("e1", "e2", "e3"):
         await create_claim(kube, namespace, name, pool_ref("nb", NB))
 
@@ -152,7 +171,7 @@ async def test_exhaustion_then_recovery_and_keep_policy(
 
     await kube.delete(CLAIMS, served[0], namespace)
     await gone(kube, CLAIMS, served[0], namespace)
-    assert f"{namespace}/{served[0]}@nb" in owned_ips(netbox, prefixes.vrf_id), (
+    assert owner(namespace, served[0]) in owned_ips(netbox, prefixes.vrf_id), (
         "releasePolicy Keep leaves the NetBox IP"
     )
 
@@ -166,7 +185,7 @@ async def test_netbox_errors_become_conditions_without_a_retry_storm(
     prefixes = create_prefixes(netbox, 63)
     await create_connection_secret(kube, namespace, netbox)
     await create_netbox_pool(kube, namespace, "nb", [prefixes.large])
-    run_operator("ipam_address", namespaces=[namespace])
+    run_operator("ipam_address", namespaces=[namespace], env=ENV)
     await pool_ready(kube, namespace, "nb", "Ready")
 
     netbox.faults.fail(503, path="/api/ipam/", count=None)
@@ -194,7 +213,7 @@ async def test_bad_token_and_missing_custom_field_are_clear_conditions(
     prefixes = create_prefixes(netbox, 64)
     await create_connection_secret(kube, namespace, netbox, token="0123456789abcdef0123456789abcdef01234567")
     await create_netbox_pool(kube, namespace, "nb", [prefixes.large])
-    run_operator("ipam_address", namespaces=[namespace])
+    run_operator("ipam_address", namespaces=[namespace], env=ENV)
     refused = await pool_ready(kube, namespace, "nb", "AuthenticationFailed")
     assert "NetBox refused the token (403)" in str(refused["message"])
     assert "0123456789abcdef" not in str(refused["message"])
@@ -244,7 +263,7 @@ async def test_v2_token_prefix_by_cidr_and_vrf_then_ip_range(
         },
     }
     await kube.create(kinds.NETBOX_IPPOOL.resource, body, namespace)
-    run_operator("ipam_address", namespaces=[namespace])
+    run_operator("ipam_address", namespaces=[namespace], env=ENV)
     await pool_ready(kube, namespace, "nb", "Ready")
     for name in ("v1", "v2", "v3"):
         await create_claim(kube, namespace, name, pool_ref("nb", NB))

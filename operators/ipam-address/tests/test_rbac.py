@@ -17,7 +17,7 @@ from netbox_setup import (
     owned_ips,
 )
 
-from capfleet import resources
+from capfleet import instances, resources
 from capfleet.kube import Kube
 from capfleet_e2e.controlplane import Cluster
 from capfleet_e2e.namespaces import delete_namespace_while_down
@@ -65,7 +65,11 @@ async def test_deleting_the_namespace_releases_netbox_ips_before_the_pool_and_it
     for name in ("c1", "c2"):
         await create_claim(kube, namespace, name, pool_ref("nb", "NetboxIPPool"))
         await bound_address(kube, namespace, name)
-    assert set(owned_ips(netbox, prefixes.vrf_id)) == {f"{namespace}/c1@nb", f"{namespace}/c2@nb"}
+    # No instance name configured: IPs are owned under the one derived from kube-system's UID.
+    cluster = await kube.get(resources.NAMESPACES, "kube-system")
+    assert cluster is not None
+    instance = instances.derived(cluster["metadata"]["uid"])
+    assert set(owned_ips(netbox, prefixes.vrf_id)) == {f"{instance}/{namespace}/{c}@nb" for c in ("c1", "c2")}
     secret = await kube.get(resources.SECRETS, "netbox", namespace)
     assert secret is not None
     assert secret["metadata"]["finalizers"] == [f"{namespace}.netboxippool.holds.capfleet.dev/nb"]

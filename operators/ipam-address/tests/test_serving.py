@@ -20,8 +20,9 @@ from ipam_address import claims, netbox_pools, pools, serving
 from ipam_address.allocator import Allocator
 from ipam_address.backends.netbox import OWNER_FIELD, NetboxAddress, Target
 from ipam_address.claims import Claim
-from ipam_address.contexts import Context, Lookups
+from ipam_address.contexts import Context, Identity, Lookups
 from ipam_address.pools import PoolInfo, PoolKey
+from ipam_address.settings import IpamSettings
 
 NAMESPACE = "ns"
 
@@ -158,7 +159,8 @@ def context(
     )
     clients = netbox_pools.Clients(lambda _: cast(Any, netbox or FakeNetbox()))
     fake = cast(Kube, kube)
-    return Context(fake, events.Recorder(fake), lookups, Allocator(), clients)
+    settings = IpamSettings(instance="mgmt-a")
+    return Context(fake, events.Recorder(fake), lookups, Allocator(), clients, settings, Identity())
 
 
 def netbox_secret() -> dict[str, Any]:
@@ -272,7 +274,7 @@ async def test_a_netbox_claim_gets_netbox_s_address_and_prefix() -> None:
     assert kube.patches[0] == (
         "IPAddressClaim",
         "c1",
-        {"metadata": {"annotations": {claims.NETBOX_MARK: "started"}}},
+        {"metadata": {"annotations": {claims.NETBOX_MARK: "mgmt-a"}}},
     )
     spec = kube.objects[("IPAddress", "c1")]["spec"]
     assert (spec["address"], spec["prefix"], spec["poolRef"]["kind"]) == ("10.61.1.9", 28, "NetboxIPPool")
@@ -281,7 +283,7 @@ async def test_a_netbox_claim_gets_netbox_s_address_and_prefix() -> None:
         "status": "active",
         "description": "capfleet: IPAddressClaim ns/c1",
         "tags": [{"slug": "capfleet"}, {"slug": "lab"}],
-        "custom_fields": {OWNER_FIELD: "ns/c1@nb"},
+        "custom_fields": {OWNER_FIELD: "mgmt-a/ns/c1@nb"},
         "tenant": {"slug": "t1"},
         "dns_name": "c1.w1",
     }

@@ -1,11 +1,12 @@
 """Entry point: `python -m ipam_address` starts the ipam-address operator, as its container image does."""
 
-from capfleet import reconciling, runtime
+from capfleet import runtime
 from ipam_address import handlers
+from ipam_address.settings import IpamSettings
 
 
 def main() -> None:
-    runtime.run(handlers.IDENTITY, reconciling.Settings)  # ipam-address has no settings of its own
+    runtime.run(handlers.IDENTITY, IpamSettings)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,10 @@ from ipam_address.pools import GROUP, IN_CLUSTER, PoolInfo, PoolKey, key_of_ref,
 PROTECT_FINALIZER = "ipam.cluster.x-k8s.io/ProtectAddress"
 # Set on a claim before its first NetBox write: a claim without it (and without an address) never made
 # anything in NetBox, so its deletion need not reach NetBox (whose token may be wrong, or which may be gone).
+# Its value is the instance name the claim's NetBox IP is owned under (`capfleet.instances`); LEGACY_MARK
+# for claims whose IP was allocated before instance names were recorded.
 NETBOX_MARK = "ipam-address.capfleet.dev/netbox-allocation"
+LEGACY_MARK = "started"
 
 POOL_NOT_READY = "PoolNotReady"
 POOL_EXHAUSTED = "PoolExhausted"
@@ -147,11 +150,16 @@ async def allocate_in_netbox(ctx: Context, claim: Claim, pool: PoolInfo) -> str 
             f"{pool.key.describe()} is not ready: {pool.message}", reason=POOL_NOT_READY
         )
     addressing = await ctx.netbox_clients.for_pool(ctx.kube, pool)
-    if NETBOX_MARK not in (claim.meta.get("annotations") or {}):
-        patch = {"metadata": {"annotations": {NETBOX_MARK: "started"}}}
+    mark = (claim.meta.get("annotations") or {}).get(NETBOX_MARK)
+    if mark is None:
+        # A claim served before the mark existed may own an IP under the old owner value: it keeps it.
+        legacy = await addressing.find_owned(netbox_pools.owner_of(claim.model, pool, None))
+        mark = LEGACY_MARK if legacy is not None else await ctx.instance()
+        patch = {"metadata": {"annotations": {NETBOX_MARK: mark}}}
         if await ctx.kube.patch(CLAIMS, claim.name, patch, claim.namespace) is None:
             raise errors.Waiting("the claim was deleted")
-    allocated = await netbox_pools.allocate(addressing, claim.model, pool, claim.cluster_name)
+    instance = netbox_instance(mark)
+    allocated = await netbox_pools.allocate(addressing, claim.model, pool, claim.cluster_name, instance)
     if allocated is None:
         return None
     body = ip_address_body(claim, pool, spaces.canonical(allocated.ip), allocated.prefix_length)
@@ -188,8 +196,15 @@ async def release(ctx: Context, claim: Claim) -> None:
     in_netbox = claim.pool.kind != IN_CLUSTER and not pausing.moving(claim.meta)
     address = ctx.lookups.address_of_claim(claim.namespace, claim.name)
     if pool is not None and in_netbox and may_hold_netbox_address(claim, address):
-        await netbox_pools.release(await ctx.netbox_clients.for_pool(ctx.kube, pool), claim.model, pool)
+        addressing = await ctx.netbox_clients.for_pool(ctx.kube, pool)
+        mark = (claim.meta.get("annotations") or {}).get(NETBOX_MARK)
+        await netbox_pools.release(addressing, claim.model, pool, netbox_instance(mark))
     await let_address_go(ctx.kube, claim)
+
+
+def netbox_instance(mark: str | None) -> str | None:
+    """The instance name a claim's NetBox IP is owned under, from its mark (None: the old owner value)."""
+    return None if mark in {None, "", LEGACY_MARK} else mark
 
 
 def may_hold_netbox_address(claim: Claim, address: tuple[str, bool] | None) -> bool:

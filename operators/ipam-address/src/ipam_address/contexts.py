@@ -11,13 +11,21 @@ from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-from capfleet import reconciling
+from capfleet import instances, reconciling
 from capfleet.api.base import Condition
 from ipam_address import netbox_pools
 from ipam_address.allocator import Allocator, Owner
 from ipam_address.pools import PoolInfo, PoolKey
+from ipam_address.settings import IpamSettings
 
-ALLOCATOR_KEY, NETBOX_CLIENTS_KEY = "allocator", "netbox_clients"
+ALLOCATOR_KEY, NETBOX_CLIENTS_KEY, IDENTITY_KEY = "allocator", "netbox_clients", "identity"
+
+
+@dataclass
+class Identity:
+    """This management cluster's instance name, once resolved (operator-wide, in memo)."""
+
+    instance: str | None = None
 
 
 @dataclass(frozen=True)
@@ -34,6 +42,7 @@ def start(memo: MutableMapping[str, Any]) -> None:
     """Create the operator-wide parts, once, at startup."""
     memo[ALLOCATOR_KEY] = Allocator()
     memo[NETBOX_CLIENTS_KEY] = netbox_pools.Clients()
+    memo[IDENTITY_KEY] = Identity()
 
 
 @dataclass
@@ -43,6 +52,14 @@ class Context(reconciling.Context):
     lookups: Lookups
     allocator: Allocator = reconciling.in_memo(ALLOCATOR_KEY)
     netbox_clients: netbox_pools.Clients = reconciling.in_memo(NETBOX_CLIENTS_KEY)
+    settings: IpamSettings = reconciling.in_memo(reconciling.SETTINGS_KEY)
+    identity: Identity = reconciling.in_memo(IDENTITY_KEY)
+
+    async def instance(self) -> str:
+        """This management cluster's instance name (`capfleet.instances`), resolved once."""
+        if self.identity.instance is None:
+            self.identity.instance = await instances.resolve(self.kube, self.settings.instance)
+        return self.identity.instance
 
     async def announce(self, body: Mapping[str, Any], ready: Condition) -> None:
         """Nothing: ipam-address has only ever posted Warnings with a failure's own reason (SecretMissing

@@ -48,19 +48,24 @@ class Clients:
         return self._clients[key]
 
 
-def owner_of(claim: capi.IPAddressClaim, pool: PoolInfo) -> str:
-    """The owner custom field's value: the claim's namespace/name and the pool; stable across moves."""
-    return f"{claim.metadata.namespace}/{claim.metadata.name}@{pool.key.name}"
+def owner_of(claim: capi.IPAddressClaim, pool: PoolInfo, instance: str | None) -> str:
+    """The owner custom field's value: the management cluster's instance name, the claim's namespace/name
+    and the pool; stable across restarts and moves. Claims allocated before instance names were recorded
+    (`instance` None) keep the value they were allocated under."""
+    owner = f"{claim.metadata.namespace}/{claim.metadata.name}@{pool.key.name}"
+    return owner if instance is None else f"{instance}/{owner}"
 
 
-def ip_fields(claim: capi.IPAddressClaim, pool: PoolInfo, cluster: str | None) -> dict[str, Any]:
+def ip_fields(
+    claim: capi.IPAddressClaim, pool: PoolInfo, cluster: str | None, instance: str | None
+) -> dict[str, Any]:
     """The NetBox fields of the claim's IP: status, description, tags, owner, tenant and DNS name."""
     name, namespace, spec = claim.metadata.name, claim.metadata.namespace or "", pool.netbox()
     fields: dict[str, Any] = {
         "status": spec.status,
         "description": f"capfleet: IPAddressClaim {namespace}/{name}",
         "tags": [{"slug": slug} for slug in dict.fromkeys([MANAGED_TAG, *spec.tags])],
-        "custom_fields": {OWNER_FIELD: owner_of(claim, pool)},
+        "custom_fields": {OWNER_FIELD: owner_of(claim, pool, instance)},
     }
     if spec.tenant:
         fields["tenant"] = {"slug": spec.tenant}
@@ -74,13 +79,17 @@ def ip_fields(claim: capi.IPAddressClaim, pool: PoolInfo, cluster: str | None) -
 
 
 async def allocate(
-    addressing: Addressing, claim: capi.IPAddressClaim, pool: PoolInfo, cluster: str | None
+    addressing: Addressing,
+    claim: capi.IPAddressClaim,
+    pool: PoolInfo,
+    cluster: str | None,
+    instance: str | None,
 ) -> NetboxAddress | None:
     """The claim's NetBox address: the one it already owns, else a new one from the first target with room."""
-    owned = await addressing.find_owned(owner_of(claim, pool))
+    owned = await addressing.find_owned(owner_of(claim, pool, instance))
     if owned is not None:
         return owned
-    fields = ip_fields(claim, pool, cluster)
+    fields = ip_fields(claim, pool, cluster, instance)
     for target in targets(pool.netbox()):
         allocated = await addressing.allocate(target, fields)
         if allocated is not None:
@@ -88,9 +97,11 @@ async def allocate(
     return None
 
 
-async def release(addressing: Addressing, claim: capi.IPAddressClaim, pool: PoolInfo) -> None:
+async def release(
+    addressing: Addressing, claim: capi.IPAddressClaim, pool: PoolInfo, instance: str | None
+) -> None:
     """Delete the claim's NetBox IP, unless the pool's release policy keeps it."""
-    owned = await addressing.find_owned(owner_of(claim, pool))
+    owned = await addressing.find_owned(owner_of(claim, pool, instance))
     if owned is not None and pool.netbox().release_policy == "Delete":
         await addressing.release(owned.id)
 

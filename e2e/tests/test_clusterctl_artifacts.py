@@ -295,7 +295,10 @@ def fleet_base(control_plane: Cluster) -> Kubectl:
     kubectl = control_plane.kubectl
     base = (repo_root() / "deploy" / "base").glob("*.yaml")
     for path in sorted(p for p in base if p.name != "kustomization.yaml"):
-        kubectl("apply", "--server-side", f"--field-manager={FIELD_MANAGER}", "-f", str(path))
+        # Forced: the RBAC tests of the session apply the base's admission policies under their own manager.
+        kubectl(
+            "apply", "--server-side", "--force-conflicts", f"--field-manager={FIELD_MANAGER}", "-f", str(path)
+        )
     return kubectl
 
 

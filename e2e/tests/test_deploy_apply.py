@@ -34,8 +34,17 @@ NAMESPACE = "capfleet-system"
 
 
 def apply(kubectl: Kubectl, rendered: str, *extra: str) -> str:
+    # --force-conflicts: the RBAC tests of the same session apply deploy/base's admission policies under
+    # their own field manager, and the API server's defaults in them then count as theirs.
     return kubectl(
-        "apply", "--server-side", f"--field-manager={FIELD_MANAGER}", *extra, "-f", "-", stdin=rendered
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        f"--field-manager={FIELD_MANAGER}",
+        *extra,
+        "-f",
+        "-",
+        stdin=rendered,
     )
 
 

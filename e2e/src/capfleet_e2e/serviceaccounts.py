@@ -63,6 +63,7 @@ def apply_operator_rbac(kubectl: Kubectl, operator: str) -> None:
     kubectl(
         "apply",
         "--server-side",
+        "--force-conflicts",  # deploy/base may have been applied by another test's field manager
         f"--field-manager={FIELD_MANAGER}",
         "-f",
         "-",

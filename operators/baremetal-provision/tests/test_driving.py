@@ -13,10 +13,12 @@ from baremetal_provision import markers, provisioning
 from baremetal_provision.backends.base import BMC, BootDevice, Credentials, PowerState, SystemFacts
 from baremetal_provision.contexts import Context
 from baremetal_provision.settings import BaremetalSettings
-from capfleet import errors, events, pausing
+from capfleet import errors, events, pausing, secretholds
 from capfleet.api import kinds
 from capfleet.kube import Kube
 from capfleet.resources import Resource
+
+HOLD = "ns.baremetalinstance.holds.capfleet.dev/bm"
 
 
 class FakeKube:
@@ -26,16 +28,28 @@ class FakeKube:
 
     def __init__(self, secrets: dict[str, dict[str, str]]) -> None:
         self.secrets = secrets
+        self.finalizers: dict[str, set[str]] = {}
         self.annotations: dict[str, str] = {}
         self.status: list[dict[str, Any]] = []
         self.events: list[tuple[str, str]] = []
 
     async def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any] | None:
-        data = self.secrets.get(name)
-        return None if data is None else {"data": data}
+        data = self.secrets.get(name) if resource.plural == "secrets" else None
+        if data is None:
+            return None
+        finalizers = sorted(self.finalizers.get(name, set()))
+        return {"metadata": {"name": name, "namespace": namespace, "finalizers": finalizers}, "data": data}
 
-    async def patch(self, resource: Resource, name: str, patch: dict[str, Any], namespace: str) -> None:
-        self.annotations.update(patch["metadata"]["annotations"])
+    async def patch(
+        self, resource: Resource, name: str, patch: dict[str, Any], namespace: str, *, strategic: bool = False
+    ) -> None:
+        meta = patch["metadata"]
+        if strategic:  # a Secret's finalizers (capfleet.secretholds)
+            held = self.finalizers.setdefault(name, set())
+            held.update(meta.get("finalizers", []))
+            held.difference_update(meta.get("$deleteFromPrimitiveList/finalizers", []))
+            return
+        self.annotations.update(meta["annotations"])
 
     async def patch_status(
         self, resource: Resource, name: str, patch: dict[str, Any], namespace: str
@@ -149,6 +163,9 @@ async def test_a_new_instance_is_powered_off_then_network_booted_once() -> None:
     assert kube.events == [("Normal", "PoweringOff"), ("Normal", "NetworkBooting")]
     assert condition(kube, "BMCReachable")["reason"] == "Connected"
     assert condition(kube, "Ready")["reason"] == "NetworkBooting"
+    # The credentials Secret is held (recorded first) until the instance's deletion is done.
+    assert kube.annotations[secretholds.HELD_ANNOTATION] == "ns/bm-bmc"
+    assert kube.finalizers == {"bm-bmc": {HOLD}}
 
 
 async def test_a_restart_while_network_booting_does_not_power_cycle_again() -> None:
@@ -279,7 +296,12 @@ async def test_deletion_after_cleaning_powers_off_and_boots_from_disk() -> None:
     server = FakeBMC(power="On", device="pxe", override="Once")
     ctx, kube = context(server)
     marks = {markers.CALLED_BACK: ago(600), markers.CLEANING_BOOTED: ago(60), markers.CLEANED: ago(1)}
-    await provisioning.deprovision(ctx, body(marks, cleaning="metadata"))
+    kube.finalizers["bm-bmc"] = {HOLD, "other.netboxdevice.holds.capfleet.dev/x"}
+    held = {secretholds.HELD_ANNOTATION: "ns/bm-bmc"}
+    await provisioning.deprovision(ctx, body({**marks, **held}, cleaning="metadata"))
+    assert kube.finalizers == {"bm-bmc": {"other.netboxdevice.holds.capfleet.dev/x"}}, (
+        "only its own hold goes"
+    )
     assert server.calls == ["shut_down", "boot_disk_persistent", "close"]
     assert last(kube, "phase") == "Deprovisioning"
     assert kube.events == [("Normal", "Deprovisioning")]

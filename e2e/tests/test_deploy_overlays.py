@@ -50,9 +50,7 @@ def test_operator_overlay_is_a_complete_hardened_base(operator: str) -> None:
     deployment = only(objects, "Deployment")
     assert deployment["metadata"]["namespace"] == NAMESPACE
     spec = deployment["spec"]
-    # baremetal-provision: one replica, since its boot Service would also route to a standby.
-    replicas = (1, "Recreate") if operator == "baremetal-provision" else (2, "RollingUpdate")
-    assert (spec["replicas"], spec["strategy"]["type"]) == replicas
+    assert (spec["replicas"], spec["strategy"]["type"]) == (2, "RollingUpdate")
     pod = spec["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     (container,) = pod["containers"]

@@ -16,6 +16,7 @@ checks prove they grant no more than the design needs:
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import secrets
@@ -26,6 +27,9 @@ from typing import Any
 import pytest
 import yaml
 
+from capfleet import resources
+from capfleet.kube import Invalid, Kube
+from capfleet.leadership import LEADER_LABEL
 from capfleet_e2e.controlplane import Cluster
 from capfleet_e2e.kubebin import HarnessError, Kubectl, repo_root
 from capfleet_e2e.kustomize import build
@@ -237,3 +241,55 @@ def test_in_namespaced_mode_operators_read_secrets_only_in_tenant_namespaces(adm
             apply_operator_rbac(admin, operator)  # back to the cluster-wide bindings for the other tests
         for namespace in (tenant, other):
             admin("delete", "namespace", namespace, "--wait=false")
+
+
+async def test_baremetal_provision_may_change_only_the_leader_label_of_a_pod(
+    admin: Kubectl, control_plane: Cluster, tmp_path: Path
+) -> None:
+    """--leader-label needs `patch` on pods in capfleet-system; deploy/base's admission policy narrows it
+    to the capfleet.dev/leader label (and, with the pod-bound token a pod has, to the replica's own pod)."""
+    kubeconfig = service_account_kubeconfig(control_plane, "baremetal-provision", tmp_path / "bp.kubeconfig")
+    pod = f"leader-label-{secrets.token_hex(3)}"
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": pod, "labels": {"app.kubernetes.io/component": "manager"}},
+        "spec": {"containers": [{"name": "manager", "image": "capfleet/baremetal-provision:latest"}]},
+    }
+    admin("create", "-n", NAMESPACE, "-f", "-", stdin=json.dumps(body))
+
+    def labels() -> dict[str, str]:
+        found = json.loads(admin("get", "pod", pod, "-n", NAMESPACE, "-o", "json"))
+        return dict(found["metadata"]["labels"])
+
+    try:
+        async with Kube.connect("capfleet-baremetal-provision", str(kubeconfig)) as as_operator:
+
+            async def patch(change: dict[str, Any]) -> object:
+                return await as_operator.patch(resources.PODS, pod, {"metadata": change}, NAMESPACE)
+
+            other = {"labels": {"app.kubernetes.io/component": "other"}}
+            deadline = time.monotonic() + 30
+            while True:  # a new policy takes effect once the API server's informer has it
+                try:
+                    await patch(other)
+                except Invalid:
+                    break
+                assert time.monotonic() < deadline, "the admission policy never refused a label change"
+                admin(
+                    "label", "pod", pod, "-n", NAMESPACE, "--overwrite", "app.kubernetes.io/component=manager"
+                )
+                await asyncio.sleep(0.5)
+            for change in (
+                other,
+                {"annotations": {"x": "y"}},
+                {"labels": {LEADER_LABEL: "true", "team": "x"}},
+            ):
+                with pytest.raises(Invalid, match=r"only the capfleet\.dev/leader label"):
+                    await patch(change)
+            await patch({"labels": {LEADER_LABEL: "true"}})
+            assert labels() == {"app.kubernetes.io/component": "manager", LEADER_LABEL: "true"}
+            await patch({"labels": {LEADER_LABEL: None}})
+            assert labels() == {"app.kubernetes.io/component": "manager"}
+    finally:
+        admin("delete", "pod", pod, "-n", NAMESPACE, "--wait=false")

@@ -22,10 +22,12 @@ import yaml
 
 from capfleet import leadership, pausing, resources, securemetrics
 from capfleet.kube import Kube
+from capfleet.leadership import LEADER_LABEL
 from capfleet.resources import Resource
 from capfleet_e2e.controlplane import Cluster, ControlPlane
 from capfleet_e2e.fixtures import RunOperator
 from capfleet_e2e.kubebin import repo_root
+from capfleet_e2e.operators import OperatorProcess
 from capfleet_e2e.processes import free_port
 from capfleet_e2e.sample import CRD_PATH
 from capfleet_e2e.waiting import eventually
@@ -166,8 +168,23 @@ async def test_sample_operator_reconciles_pauses_and_stays_idle(
 async def test_two_replicas_one_acts_and_the_standby_takes_over_within_the_lease_time(
     kube: Kube, namespace: str, run_operator: RunOperator
 ) -> None:
-    elect = ["--leader-elect", "--leader-election-namespace", namespace]
+    elect = ["--leader-elect", "--leader-election-namespace", namespace, "--leader-label"]
     timings = leadership.Timings()
+    # Each replica's pod, as the Deployment's would be (no kubelet runs them): the leader labels its own.
+    for pod in ("replica-1", "replica-2", "replica-3"):
+        body = {"metadata": {"name": pod}, "spec": {"containers": [{"name": "manager", "image": "sample"}]}}
+        await kube.create(resources.PODS, body, namespace)
+
+    async def labelled() -> list[str]:
+        pods = await kube.list(resources.PODS, namespace)
+        return sorted(
+            p["metadata"]["name"] for p in pods if (p["metadata"].get("labels") or {}).get(LEADER_LABEL)
+        )
+
+    def replica(pod: str) -> OperatorProcess:
+        return run_operator(
+            "capfleet_e2e.sample", namespaces=[namespace], extra_args=elect, env={"POD_NAME": pod}
+        )
 
     async def holder() -> str | None:
         lease = await kube.get(resources.LEASES, "capfleet-sample", namespace)
@@ -185,9 +202,9 @@ async def test_two_replicas_one_acts_and_the_standby_takes_over_within_the_lease
         await eventually(f"a replica other than {previous} to hold the Lease", other, 60, 0.5)
         return time.monotonic() - since
 
-    first = run_operator("capfleet_e2e.sample", namespaces=[namespace], extra_args=elect)
+    first = replica("replica-1")
     leader = await eventually("the first replica to hold the Lease", holder)
-    second = run_operator("capfleet_e2e.sample", namespaces=[namespace], extra_args=elect)
+    second = replica("replica-2")
     standby = json.loads(await asyncio.to_thread(read_url, f"http://127.0.0.1:{second.health_port}/healthz"))
     assert standby == {"operator": "sample", "standby": True}
 
@@ -196,6 +213,7 @@ async def test_two_replicas_one_acts_and_the_standby_takes_over_within_the_lease
     assert await holder() == leader
     assert HANDLED in first.log()
     assert HANDLED not in second.log(), "the standby acted while the leader held the Lease"
+    assert await labelled() == ["replica-1"]
 
     # A crash: the standby waits until it has seen no renewal for a whole Lease duration, no longer.
     first.kill()
@@ -209,9 +227,11 @@ async def test_two_replicas_one_acts_and_the_standby_takes_over_within_the_lease
     await kube.patch(SAMPLES, "s1", {"spec": {"message": "b"}}, namespace)
     assert (await wait_reconciled(kube, namespace, generation=2))["status"]["echo"] == "b"
     assert HANDLED in second.log()
+    # The killed replica's label stays on its pod (its restarted container takes it off as it starts).
+    assert await labelled() == ["replica-1", "replica-2"]
 
     # A clean stop (a rolling update's SIGTERM) gives the Lease up: the next standby starts at once.
-    third = run_operator("capfleet_e2e.sample", namespaces=[namespace], extra_args=elect)
+    third = replica("replica-3")
     successor = await holder()
     assert successor is not None
     assert second.component is not None
@@ -223,6 +243,7 @@ async def test_two_replicas_one_acts_and_the_standby_takes_over_within_the_lease
     await kube.patch(SAMPLES, "s1", {"spec": {"message": "c"}}, namespace)
     assert (await wait_reconciled(kube, namespace, generation=3))["status"]["echo"] == "c"
     assert HANDLED in third.log()
+    assert await labelled() == ["replica-1", "replica-3"], "a clean stop takes its label off"
 
 
 @pytest.mark.usefixtures("sample_crd")

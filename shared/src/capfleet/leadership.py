@@ -10,7 +10,8 @@ so before anyone may take over) exits at once, as controller-runtime's managers 
 restarts it as a standby. A holder that stops cleanly gives the Lease up, so the standby starts at once.
 
 The decisions are pure functions of the Lease as read (`observe`, `may_take`, `claim`); `LeaderElector`
-does the I/O.
+does the I/O. With `--leader-label`, the holder's pod carries LEADER_LABEL while it leads, so a Service can
+send traffic (baremetal-provision's boot server, which only the holder runs) to the leader alone.
 """
 
 from __future__ import annotations
@@ -27,9 +28,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 from capfleet.kube import Conflict, Kube, KubeError
-from capfleet.resources import LEASES
+from capfleet.resources import LEASES, PODS
 
 logger = logging.getLogger("capfleet.leadership")
+LEADER_LABEL = "capfleet.dev/leader"
+
+
+async def label_pod(kube: Kube, namespace: str, pod: str, leading: bool) -> None:
+    """Put LEADER_LABEL on this replica's pod (`leading`) or take it off: a standby starting in a pod
+    that led before a crash takes off what the crashed process left."""
+    patch = {"metadata": {"labels": {LEADER_LABEL: "true" if leading else None}}}
+    if await kube.patch(PODS, pod, patch, namespace) is None:
+        raise KubeError(404, "NotFound", f"pod {namespace}/{pod} (POD_NAME) does not exist")
 
 
 @dataclass(frozen=True)

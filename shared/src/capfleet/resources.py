@@ -48,6 +48,7 @@ class Resource:
 # Core and upstream resources the fleet reads or writes.
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 SECRETS = Resource("", "v1", "secrets", "Secret")
+PODS = Resource("", "v1", "pods", "Pod")
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
 EVENTS = Resource("", "v1", "events", "Event")
 CUSTOM_RESOURCE_DEFINITIONS = Resource(

@@ -77,6 +77,7 @@ class Options:
     kubeconfig: str | None = None
     leader_elect: bool = False
     leader_election_namespace: str | None = None
+    leader_label: bool = False
 
     @property
     def clusterwide(self) -> bool:
@@ -154,6 +155,12 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> Options:
         default=environ.get("CAPFLEET_LEADER_ELECTION_NAMESPACE") or environ.get("POD_NAMESPACE") or None,
         help="namespace of the Lease; the pod's own when omitted",
     )
+    parser.add_argument(
+        "--leader-label",
+        action="store_true",
+        default=environ.get("CAPFLEET_LEADER_LABEL", "") in {"1", "true"},
+        help="while leading, label this replica's pod (POD_NAME) capfleet.dev/leader=true",
+    )
     args = parser.parse_args(list(argv))
     return Options(
         namespaces=tuple(args.namespaces or env_namespaces),
@@ -167,6 +174,7 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> Options:
         kubeconfig=args.kubeconfig,
         leader_elect=args.leader_elect,
         leader_election_namespace=args.leader_election_namespace,
+        leader_label=args.leader_label,
     )
 
 
@@ -343,12 +351,15 @@ async def _lead_then(
     ends a standby at once, and a leader once kopf has stopped, after it gave the Lease up.
     """
     namespace = options.leader_election_namespace or _pod_namespace()
+    pod = _pod_name() if options.leader_label else None
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):  # kopf installs its own once it runs
         loop.add_signal_handler(signum, stopping.set)
     async with Kube.connect(f"{identity.field_manager}-leader-election", options.kubeconfig) as kube:
         elector = leadership.LeaderElector(kube, namespace, identity.peering_name)
+        if pod is not None:
+            await leadership.label_pod(kube, namespace, pod, leading=False)
         async with _standby_health(identity, options.health_address):
             acquiring = asyncio.create_task(elector.acquire())
             signalled = asyncio.create_task(stopping.wait())
@@ -357,6 +368,8 @@ async def _lead_then(
                 task.cancel()
             if not acquiring.done() or acquiring.cancelled():
                 return
+        if pod is not None:
+            await leadership.label_pod(kube, namespace, pod, leading=True)
         holding = asyncio.create_task(elector.hold())
         operator = asyncio.create_task(operate(stopping))
         await asyncio.wait({operator, holding}, return_when=asyncio.FIRST_COMPLETED)
@@ -368,8 +381,17 @@ async def _lead_then(
         holding.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await holding
+        if pod is not None:
+            await leadership.label_pod(kube, namespace, pod, leading=False)
         await elector.release()
         operator.result()
+
+
+def _pod_name() -> str:
+    name = os.environ.get("POD_NAME", "")
+    if not name:
+        raise SystemExit("--leader-label needs POD_NAME (the pod's own name, from the downward API)")
+    return name
 
 
 def _pod_namespace() -> str:

@@ -133,7 +133,7 @@ async def test_hybrid_cluster_is_provisioned_scaled_paused_and_deleted_without_l
 def assert_no_forbidden_requests(site: HybridSite) -> None:
     """No operator was refused anything by the apiserver: its base RBAC covered the whole flow."""
     for module in OPERATOR_ENV:
-        assert forbidden_requests(site.cp, module.replace("_", "-")) == [], module
+        assert forbidden_requests(site.cp, module.replace("_", "-"), site.audit_offset) == [], module
 
 
 async def _claimed_count_is(site: HybridSite, count: int) -> bool:
@@ -141,15 +141,15 @@ async def _claimed_count_is(site: HybridSite, count: int) -> bool:
 
 
 async def all_paused(site: HybridSite, paused: bool) -> bool:
-    """Whether every capfleet object of the namespace carries (or lacks) the paused annotation."""
-    for kind in CAPFLEET_KINDS[1:]:
+    """Whether every capfleet object of the namespace carries (or lacks) the paused annotation the glue
+    mirrors onto it and has said so in its own Paused condition: only then has the fleet settled."""
+    for kind in CAPFLEET_KINDS:
         for obj in await site.kube.list(kind.resource, site.namespace):
-            if pausing.annotated(obj["metadata"]) != paused:
+            if kind is not kinds.HYBRID_MACHINE and pausing.annotated(obj["metadata"]) != paused:
                 return False
-    for machine in await site.kube.list(kinds.HYBRID_MACHINE.resource, site.namespace):
-        conditions = (machine.get("status") or {}).get("conditions") or []
-        if not any(c["type"] == "Paused" and c["status"] == str(paused) for c in conditions):
-            return False
+            conditions = (obj.get("status") or {}).get("conditions") or []
+            if not any(c["type"] == "Paused" and c["status"] == str(paused) for c in conditions):
+                return False
     return True
 
 

@@ -81,14 +81,15 @@ def service_account_kubeconfig(cluster: Cluster, operator: str, path: Path) -> P
     return write_kubeconfig(path, cluster.server, cluster.ca_path, service_account_user(operator), token)
 
 
-def forbidden_requests(cluster: Cluster, operator: str) -> list[str]:
-    """Every request of the operator's ServiceAccount that the apiserver refused (403), from the audit log.
+def forbidden_requests(cluster: Cluster, operator: str, after: int = 0) -> list[str]:
+    """Every request of the operator's ServiceAccount that the apiserver refused (403), from the audit log
+    (from byte offset `after`: other tests of the session may have provoked refusals on purpose).
 
     Empty on an existing cluster, which has no audit log the harness can read.
     """
     if not isinstance(cluster, ControlPlane):
         return []
-    events, _ = cluster.audit_events()
+    events, _ = cluster.audit_events(after)
     user = service_account_user(operator)
     return [
         f"{e['verb']} {e['requestURI']}"

@@ -326,6 +326,8 @@ class HybridSite:
     variables: dict[str, str]
     operators: dict[str, Any]
     """What `start_operator` returned for each operator module (the suites' OperatorProcess)."""
+    audit_offset: int = 0
+    """Where the API server's audit log stood when the site opened: what the site's own checks read from."""
 
     def manifest(self, path: Path = DEMO_MANIFEST) -> str:
         return render(path.read_text(), self.variables)
@@ -406,6 +408,7 @@ async def open_site(
     """Prepare everything a hybrid cluster needs and start the five operators; on exit delete the
     cluster (if still there) and wait, so that nothing outlives the site, then stop the site's parts."""
     ensure_base_image(hypervisor, vm_image)
+    _, audit_offset = control_plane.audit_events()
     hypervisor_name = await register_hypervisor(kube, namespace, hypervisor, labels={SITE_LABEL: namespace})
     callbacks = Callbacks()
     workload: WorkloadAPIServer | None = None
@@ -443,6 +446,7 @@ async def open_site(
             callbacks,
             variables,
             operators,
+            audit_offset,
         )
         try:
             yield site

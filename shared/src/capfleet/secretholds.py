@@ -13,7 +13,8 @@ shared finalizer would need a count no one can update atomically. The finalizer 
 namespace and name, not its UID), so a Secret moved by `clusterctl move` together with its holders is
 still let go of by the moved holders. Which Secrets an object holds is recorded on it (an annotation)
 before the finalizer is added, so a holder whose Secret reference changed, or that was killed between the
-two writes, still lets go of every one.
+two writes, still lets go of every one. `get_secret` reads a credentials Secret and turns the 403 of
+namespaced mode (no RoleBinding from deploy/tenant in that namespace) into a condition that says so.
 """
 
 from __future__ import annotations
@@ -34,8 +35,6 @@ HELD_ANNOTATION = "capfleet.dev/held-secrets"
 """On a holder: the Secrets it holds, as comma-separated `namespace/name`."""
 NAME_MAX = 63
 _QUALIFIED_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-
-
 SECRET_FORBIDDEN = "SecretForbidden"
 
 

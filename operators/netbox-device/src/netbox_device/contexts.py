@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from capfleet import conditions, instances, pausing, reconciling, secretholds
+from capfleet import conditions, errors, instances, pausing, reconciling, secretholds
 from capfleet.api import kinds
 from capfleet.api.netbox import NetboxDevice, NetboxVirtualMachine
 from capfleet.conditions import Update
@@ -82,8 +82,15 @@ class Context(reconciling.Context):
         ref = vm.spec.connection_secret_ref
         return await self.shared.clients.machines(self.kube, holder_of(vm), ref)
 
-    async def let_go(self, obj: NetboxDevice | NetboxVirtualMachine) -> None:
-        """The last step of a deletion: the connection Secret is no longer needed by `obj`."""
+    async def release(
+        self, obj: NetboxDevice | NetboxVirtualMachine, what: str, give_back: Callable[[], Awaitable[None]]
+    ) -> None:
+        """A deletion: give back what `obj` holds in NetBox (`what` names it), unless the object is being
+        moved, then let go of its connection Secret; a paused object waits."""
+        if not pausing.moving(obj.metadata):
+            if pausing.annotated(obj.metadata):
+                raise errors.Waiting(f"paused: {what} once the object is unpaused", reason="Paused")
+            await give_back()
         await secretholds.let_go(self.kube, holder_of(obj))
 
 

@@ -87,10 +87,8 @@ async def repair(ctx: Context, body: Mapping[str, Any]) -> None:
 async def release(ctx: Context, body: Mapping[str, Any]) -> None:
     """Give the device back (unless the object is being moved), then the Secret; paused objects wait."""
     claim = kinds.NETBOX_DEVICE.parse(body)
-    if not pausing.moving(claim.metadata):
-        if pausing.annotated(claim.metadata):
-            raise errors.Waiting(
-                "paused: the device is released once the object is unpaused", reason="Paused"
-            )
+
+    async def give_back() -> None:
         await claiming.release(await ctx.devices(claim), ctx.owner(claim))
-    await ctx.let_go(claim)
+
+    await ctx.release(claim, "the device is released", give_back)

@@ -55,10 +55,8 @@ async def repair(ctx: Context, body: Mapping[str, Any]) -> None:
 
 async def release(ctx: Context, body: Mapping[str, Any]) -> None:
     vm = kinds.NETBOX_VIRTUAL_MACHINE.parse(body)
-    if not pausing.moving(vm.metadata):
-        if pausing.annotated(vm.metadata):
-            raise errors.Waiting(
-                "paused: the VM is deregistered once the object is unpaused", reason="Paused"
-            )
+
+    async def give_back() -> None:
         await registering.deregister(await ctx.machines(vm), ctx.owner(vm))
-    await ctx.let_go(vm)
+
+    await ctx.release(vm, "the VM is deregistered", give_back)

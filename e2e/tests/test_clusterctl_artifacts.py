@@ -94,7 +94,10 @@ def test_components_have_one_namespace_the_provider_label_and_manager_containers
     assert len(deployments) == 5
     for deployment in deployments:
         containers = deployment["spec"]["template"]["spec"]["containers"]
-        assert [c["name"] for c in containers] == [CONTAINER], deployment["metadata"]["name"]
+        assert containers[0]["name"] == CONTAINER, deployment["metadata"]["name"]
+        boot_front = deployment["metadata"]["name"] == "capfleet-baremetal-provision-manager"
+        assert [c["name"] for c in containers[1:]] == (["boot"] if boot_front else [])
+        assert len({c["image"] for c in containers}) == 1, "the boot front follows the operator's image tag"
 
 
 def test_every_components_variable_has_a_default_and_is_documented() -> None:

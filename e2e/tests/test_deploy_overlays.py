@@ -53,8 +53,9 @@ def test_operator_overlay_is_a_complete_hardened_base(operator: str) -> None:
     assert (spec["replicas"], spec["strategy"]["type"]) == (2, "RollingUpdate")
     pod = spec["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
-    (container,) = pod["containers"]
+    container, *others = pod["containers"]
     assert container["name"] == "manager"  # clusterctl looks for it
+    assert [c["name"] for c in others] == (["boot"] if operator == "baremetal-provision" else [])
     assert container["image"] == f"capfleet/{operator}:latest"
     assert "--standalone" not in container.get("args", [])
     assert "--leader-elect" in container["args"]
@@ -112,6 +113,40 @@ def test_operator_overlay_is_a_complete_hardened_base(operator: str) -> None:
     ]
     crds = [o for o in objects if o["kind"] == "CustomResourceDefinition"]
     assert crds, "each base carries its own CRDs"
+
+
+def test_the_boot_front_faces_the_network_without_any_credential() -> None:
+    """baremetal-provision's pod mounts no token by default; the manager mounts its own, and the boot front,
+    the one container the provisioning network talks to, gets no token, no Secret, no kubeconfig and no
+    volume but the manager's socket, and owns the boot port the Service targets."""
+    objects = rendered("deploy/overlays/baremetal-provision")
+    pod = only(objects, "Deployment")["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    manager, front = pod["containers"]
+    token_path = "/var/run/secrets/kubernetes.io/serviceaccount"
+    mounts = {m["mountPath"]: m["name"] for m in manager["volumeMounts"]}
+    [api_access] = [v for v in pod["volumes"] if v["name"] == mounts[token_path]]
+    assert {"serviceAccountToken"} <= {k for source in api_access["projected"]["sources"] for k in source}
+    assert front["command"] == ["python", "-m", "baremetal_provision.front"]
+    assert front["image"] == manager["image"]
+    env = {e["name"]: e for e in front["env"]}
+    assert set(env) == {"CAPFLEET_BOOT_LISTEN", "CAPFLEET_BOOT_UPSTREAM"}
+    assert all("valueFrom" not in e for e in env.values())
+    assert "envFrom" not in front
+    [socket_mount] = front["volumeMounts"]
+    assert socket_mount["mountPath"] != token_path
+    [socket_volume] = [v for v in pod["volumes"] if v["name"] == socket_mount["name"]]
+    assert set(socket_volume) == {"name", "emptyDir"}
+    manager_env = {e["name"]: e.get("value") for e in manager["env"]}
+    assert manager_env["CAPFLEET_BOOT_SOCKET"] == env["CAPFLEET_BOOT_UPSTREAM"]["value"]
+    assert manager_env["CAPFLEET_BOOT_SOCKET"].startswith(socket_mount["mountPath"] + "/")
+    assert "CAPFLEET_BOOT_LISTEN" not in manager_env
+    assert {p["name"] for p in manager["ports"]} == {"metrics", "health"}
+    assert [p["name"] for p in front["ports"]] == ["boot"]
+    [boot] = [o for o in objects if o["kind"] == "Service" and o["metadata"]["name"].endswith("-boot")]
+    assert boot["spec"]["ports"][0]["targetPort"] == "boot"
+    assert front["securityContext"]["readOnlyRootFilesystem"] is True
+    assert front["resources"]["limits"]["memory"]
 
 
 def test_all_in_one_is_the_base_plus_every_operator_once() -> None:

@@ -114,12 +114,13 @@ def components(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if obj["kind"] == "Deployment":
             operator = _operator_of(obj)
             containers = obj["spec"]["template"]["spec"]["containers"]
-            if [c["name"] for c in containers] != [CONTAINER]:
-                raise ValueError(
-                    f"{operator}: one container named {CONTAINER!r} expected, clusterctl needs it"
-                )
-            (container,) = containers
-            container["image"] = image(operator)
+            if containers[0]["name"] != CONTAINER:
+                raise ValueError(f"{operator}: the first container must be {CONTAINER!r} (clusterctl's)")
+            own = containers[0]["image"]
+            for other in containers:  # baremetal-provision's boot front runs the operator's image too
+                if other["image"] == own:
+                    other["image"] = image(operator)
+            container = containers[0]
             container["args"] = _container_args(container)
             _set_env(
                 container, "CAPFLEET_VERBOSE", f"${{CAPFLEET_VERBOSE:={VARIABLES['CAPFLEET_VERBOSE'][0]}}}"

@@ -45,7 +45,17 @@ def tail(path: Path, lines: int = 40) -> str:
 class Component:
     """One child process with its log file."""
 
-    def __init__(self, name: str, argv: Sequence[str], log_dir: Path, env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        log_dir: Path,
+        env: dict[str, str] | None = None,
+        *,
+        inherit_env: bool = True,
+    ):
+        """`env` is added to this process's environment, or with `inherit_env=False` is all the child gets
+        (with PATH): nothing of the test run's, such as a kubeconfig."""
         self.name = name
         self.argv = list(argv)
         self.log_path = log_dir / f"{name}.log"
@@ -57,7 +67,7 @@ class Component:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, **(env or {})},
+                env={**(os.environ if inherit_env else {"PATH": os.environ["PATH"]}), **(env or {})},
             )
 
     @property

@@ -33,7 +33,6 @@ from capfleet_e2e.libvirt.hypervisor import Hypervisor, upload_volume
 from capfleet_e2e.libvirt.image import TestImage
 from capfleet_e2e.namespaces import delete_namespace
 from capfleet_e2e.netbox.fixtures import NetboxInstance
-from capfleet_e2e.processes import free_port
 from capfleet_e2e.waiting import eventually
 from capfleet_e2e.workload import WorkloadAPIServer
 
@@ -185,14 +184,12 @@ def boot_files(image: TestImage, directory: Path) -> Path:
 
 
 def baremetal_env(pxe_lab: PxeLab, files: Path) -> tuple[dict[str, str], str]:
-    """baremetal-provision's settings: its boot server on a loopback port the lab's servers reach as
-    the lab's HTTP address; returns (environment, base URL the servers use)."""
-    port = free_port()
-    pxe_lab.network.forward_http_to(port)
+    """baremetal-provision's settings: its boot server on a UNIX socket behind a boot front that the lab's
+    servers reach as the lab's HTTP address; returns (environment, base URL the servers use)."""
     url = pxe_lab.network.http_url().rstrip("/")
     env = {
         **OPERATOR_ENV["baremetal_provision"],
-        "CAPFLEET_BOOT_LISTEN": f"127.0.0.1:{port}",
+        "CAPFLEET_BOOT_SOCKET": str(pxe_lab.network.serve_boot_front()),
         "CAPFLEET_BOOT_URL": url,
         "CAPFLEET_BOOT_FILES_DIR": str(files),
     }

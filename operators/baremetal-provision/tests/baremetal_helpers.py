@@ -21,7 +21,6 @@ from capfleet_e2e.baremetal.lab import PxeLab
 from capfleet_e2e.baremetal.servers import BareMetalServer
 from capfleet_e2e.deployramdisk.build import DeployRamdisk
 from capfleet_e2e.libvirt.image import TestImage
-from capfleet_e2e.processes import free_port
 from capfleet_e2e.waiting import eventually
 
 INSTANCES = kinds.BAREMETAL_INSTANCE.resource
@@ -34,12 +33,11 @@ def b64(value: str) -> str:
 
 
 def operator_env(pxe_lab: PxeLab, files: Path) -> dict[str, str]:
-    """The operator's environment: its boot HTTP server on a loopback port the lab's guests reach."""
-    port = free_port()
-    pxe_lab.network.forward_http_to(port)
+    """The operator's environment: its boot HTTP server on a UNIX socket, behind a boot front that the
+    lab's guests reach, as in the Deployment."""
     return {
         **OPERATOR_ENV,
-        "CAPFLEET_BOOT_LISTEN": f"127.0.0.1:{port}",
+        "CAPFLEET_BOOT_SOCKET": str(pxe_lab.network.serve_boot_front()),
         "CAPFLEET_BOOT_URL": pxe_lab.network.http_url().rstrip("/"),
         "CAPFLEET_BOOT_FILES_DIR": str(files),
     }

@@ -20,7 +20,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from baremetal_helpers import b64
 
-from baremetal_provision import imagecache, markers, serving
+from baremetal_provision import front, imagecache, markers, serving
 from baremetal_provision.contexts import INSTANCES
 from baremetal_provision.settings import BaremetalSettings
 from capfleet import cloudinit, events, reconciling, resources
@@ -101,7 +101,10 @@ async def serving_of(
 
 @contextlib.asynccontextmanager
 async def serving_with(
-    kube: Kube, body: dict[str, Any], images: imagecache.ImageCache | None = None
+    kube: Kube,
+    body: dict[str, Any],
+    images: imagecache.ImageCache | None = None,
+    settings: BaremetalSettings | None = None,
 ) -> AsyncIterator[tuple[TestClient[Any, Any], str]]:
     """The boot server answering for one instance (`body`) through `kube`, with its token."""
     entry = serving.served_of(body)
@@ -109,7 +112,7 @@ async def serving_with(
     by_mac = cast(kopf.Index[str, serving.Served], {entry.spec.boot_mac_address: [entry]})
     by_token = cast(kopf.Index[str, serving.Served], {entry.token: [entry]})
     memo = cast(kopf.Memo, {reconciling.KUBE_KEY: kube, reconciling.EVENTS_KEY: events.Recorder(kube)})
-    settings = BaremetalSettings(boot_url="http://boot:8081")
+    settings = settings or BaremetalSettings(boot_url="http://boot:8081")
     lookup = serving.Lookup(memo, by_mac, by_token, settings, images)
     async with TestClient(TestServer(serving.application(lookup))) as client:
         yield client, entry.token
@@ -161,6 +164,27 @@ async def test_the_user_data_is_served_once_per_attempt_and_a_second_fetch_is_re
     assert token not in event["message"]
     # meta-data holds no secret: it stays readable for the rest of the attempt
     assert (await client.get(f"/seed/{token}/meta-data")).status == 200
+
+
+@pytest.mark.parametrize(
+    ("boot_socket", "named"),
+    [("/run/capfleet-boot/boot.sock", "172.30.1.50"), (None, "127.0.0.1")],
+    ids=["behind the front", "on TCP"],
+)
+async def test_a_refused_fetch_names_the_requester_the_front_saw_and_only_behind_it(
+    boot_socket: str | None, named: str
+) -> None:
+    """Behind the front (a UNIX socket no one else reaches) its requester header names the guest; on TCP
+    anyone could send the header, so the peer's address is named instead."""
+    body = instance(hostname="node-1")
+    kube = FakeKube(body)
+    settings = BaremetalSettings(boot_url="http://boot:8081", boot_socket=boot_socket)
+    async with serving_with(kube, body, settings=settings) as (client, token):
+        relayed = {front.REQUESTER_HEADER: "172.30.1.50"}
+        replies = [await client.get(f"/seed/{token}/user-data", headers=relayed) for _ in range(2)]
+    assert [r.status for r in replies] == [200, 403]
+    (event,) = kube.events
+    assert f"from {named} was refused" in event["message"]
 
 
 @pytest.mark.integration

@@ -20,6 +20,7 @@ def test_defaults() -> None:
 def test_every_variable_keeps_its_name() -> None:
     assert BaremetalSettings.variables() == {
         "boot_listen": "CAPFLEET_BOOT_LISTEN",
+        "boot_socket": "CAPFLEET_BOOT_SOCKET",
         "boot_url": "CAPFLEET_BOOT_URL",
         "files_dir": "CAPFLEET_BOOT_FILES_DIR",
         "deploy_ramdisk_dir": "CAPFLEET_DEPLOY_RAMDISK_DIR",

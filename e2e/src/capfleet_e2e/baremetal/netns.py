@@ -8,7 +8,9 @@ so the VMs' tap devices join that bridge. There is no veth, no route and no forw
 
 HTTP from the guests (iPXE scripts, kernel, seed, callbacks) goes to `http://<bridge address>:8080/`,
 where a relay (relay.py) hands each connection through a UNIX socket to a host relay connected to
-127.0.0.1:<port> chosen with `forward_http_to`, e.g. the operator's HTTP server. The other way round,
+127.0.0.1:<port> chosen with `forward_http_to`, e.g. the operator's HTTP server, or with `serve_boot_front`
+to baremetal-provision's boot front, which relays to the operator's UNIX socket as in its Deployment (the
+front runs with no environment but PATH: no kubeconfig, no credentials). The other way round,
 `expose` gives a 127.0.0.1 port whose connections reach a guest's address and port inside the namespace
 (a workload cluster's API server, say), through the same kind of relay pair.
 """
@@ -19,6 +21,7 @@ import contextlib
 import ipaddress
 import secrets
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -35,6 +38,12 @@ START_TIMEOUT = 20.0
 
 def _listening(relay: Component) -> bool | None:
     return True if "relay: listening" in relay.log_path.read_text(errors="replace") else None
+
+
+def _accepting(port: int) -> bool | None:
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+        return True
+    return None
 
 
 def _ip(*args: str) -> None:
@@ -60,6 +69,8 @@ class PxeNetwork:
         self._created = False
         self._ns_relay: Component | None = None
         self._host_relay: Component | None = None
+        self._front: Component | None = None
+        self._fronts = 0
         self._exposed: dict[tuple[str, int], tuple[int, list[Component]]] = {}
 
     def __enter__(self) -> Self:
@@ -119,6 +130,20 @@ class PxeNetwork:
         self._host_relay = relay
         wait_for("the host HTTP relay", lambda: _listening(relay), START_TIMEOUT, [relay])
 
+    def serve_boot_front(self) -> Path:
+        """Start a boot front (`baremetal_provision.front`) on a loopback port, relay the guests' HTTP to it
+        from now on, and return the UNIX socket it relays to: the operator's `CAPFLEET_BOOT_SOCKET`."""
+        self._fronts += 1
+        upstream = self.root / f"boot-{self._fronts}.sock"
+        port = free_port()
+        env = {"CAPFLEET_BOOT_LISTEN": f"127.0.0.1:{port}", "CAPFLEET_BOOT_UPSTREAM": str(upstream)}
+        argv = [sys.executable, "-m", "baremetal_provision.front"]
+        front = Component(f"boot-front-{self._fronts}", argv, self.log_dir, env, inherit_env=False)
+        self.forward_http_to(port)  # stops an earlier front
+        self._front = front
+        wait_for("the boot front", lambda: _accepting(port), START_TIMEOUT, [front])
+        return upstream
+
     def expose(self, host: str, port: int) -> int:
         """A 127.0.0.1 port relayed to `host`:`port` inside the namespace (the same one for repeated calls).
 
@@ -151,6 +176,9 @@ class PxeNetwork:
         if self._host_relay is not None:
             self._host_relay.stop()
             self._host_relay = None
+        if self._front is not None:
+            self._front.stop()
+            self._front = None
 
     def stop(self) -> None:
         """Stop the relays and delete the namespace (with its bridge); safe to call twice."""

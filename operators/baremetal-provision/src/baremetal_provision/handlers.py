@@ -57,9 +57,7 @@ async def start_boot_server(memo: kopf.Memo, **kwargs: Any) -> None:
     images = imagecache.open_cache(settings.image_cache_dir)
     memo[IMAGE_CACHE_KEY] = images
     lookup = serving.Lookup(memo, by_mac, by_token, settings, images)
-    memo[BOOT_SERVER_KEY] = await serving.start(
-        serving.application(lookup), settings.listen_host, settings.listen_port
-    )
+    memo[BOOT_SERVER_KEY] = await serving.start(serving.application(lookup), settings)
 
 
 @kopf.on.cleanup()

@@ -7,12 +7,18 @@ while its attempt is open, under that attempt's token, and its user-data once: a
 with a Warning Event, since it means someone else on the provisioning network asked. The guest's progress
 (seed fetched, deployed or failed with a reason; on deletion, the cleaner called back) is written as
 annotations on the instance, which triggers its reconcile: the HTTP server records, the reconcile decides.
+
+It listens on a TCP address, or on a UNIX socket behind the boot front (`front`), the credential-free
+process that faces the provisioning network; then the requester's address comes in the front's
+`X-Capfleet-Requester` header, which only the front can set (nothing else reaches the socket).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -23,6 +29,7 @@ from aiohttp import web
 
 from baremetal_provision import booting, markers, reports
 from baremetal_provision.contexts import INSTANCES
+from baremetal_provision.front import REQUESTER_HEADER
 from baremetal_provision.imagecache import ImageCache
 from baremetal_provision.settings import BaremetalSettings
 from capfleet import events, metrics, reconciling, resources
@@ -102,6 +109,11 @@ class Lookup:
     def kube(self) -> Kube:
         """The API client, read when a request needs it: the runtime creates it after this server starts."""
         return reconciling.from_memo(self.memo, reconciling.KUBE_KEY, Kube)
+
+    def requester(self, request: web.Request) -> str:
+        """Who sent `request`: the peer, or behind the front (a UNIX socket), the address it relayed."""
+        relayed = request.headers.get(REQUESTER_HEADER) if self.settings.boot_socket else None
+        return relayed or request.remote or "an unknown address"
 
     def base(self, request: web.Request, served: Served | None = None) -> str:
         own = served.spec.boot_server_url if served is not None else None
@@ -201,7 +213,7 @@ async def seed(request: web.Request) -> web.Response:
         log.warning("cannot serve the user-data of %s/%s: %s", served.namespace, served.name, exc)
         raise web.HTTPServiceUnavailable() from exc
     if not first:
-        await refuse_second_fetch(lookup, instance, request.remote or "an unknown address")
+        await refuse_second_fetch(lookup, instance, lookup.requester(request))
         raise web.HTTPForbidden(text="the user-data of this attempt was already fetched")
     return web.Response(body=base64.b64decode(value), content_type="text/plain")
 
@@ -310,8 +322,16 @@ def application(lookup: Lookup) -> web.Application:
     return app
 
 
-async def start(app: web.Application, host: str, port: int) -> web.AppRunner:
+async def start(app: web.Application, settings: BaremetalSettings) -> web.AppRunner:
+    """Serve `app` on the UNIX socket the settings name (replacing a stale one), else on their TCP address."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, host, port).start()
+    site: web.BaseSite
+    if settings.boot_socket:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(settings.boot_socket)  # left by a killed predecessor: binding would fail
+        site = web.UnixSite(runner, settings.boot_socket)
+    else:
+        site = web.TCPSite(runner, settings.listen_host, settings.listen_port)
+    await site.start()
     return runner

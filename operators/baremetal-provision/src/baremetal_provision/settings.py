@@ -1,7 +1,9 @@
 """baremetal-provision's own options, read once at startup (by `capfleet.runtime.run`) from environment
 variables; a bad value stops the operator before any handler runs.
 
-`CAPFLEET_BOOT_LISTEN` (host:port) is where the HTTP server for iPXE, seeds and callbacks listens;
+`CAPFLEET_BOOT_LISTEN` (host:port) is where the HTTP server for iPXE, seeds and callbacks listens, unless
+`CAPFLEET_BOOT_SOCKET` names a UNIX socket to listen on instead: then a boot front
+(`python -m baremetal_provision.front`, a process without credentials) faces the network and relays to it;
 `CAPFLEET_BOOT_URL` is the base URL the servers use to reach it (an instance's `spec.bootServerURL`
 overrides it); `CAPFLEET_BOOT_FILES_DIR`, when set, is served under `/files/` (installer kernels and
 initrds next to the operator, as Ironic's HTTP root); `CAPFLEET_DEPLOY_RAMDISK_DIR`, when set, is served
@@ -18,6 +20,7 @@ first (3 for BMCs that cannot negotiate 17, such as virtualbmc).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from capfleet import reconciling
 from capfleet.reconciling import setting
@@ -39,6 +42,11 @@ def _listen(value: str) -> str:
     return value.strip()
 
 
+def listen_setting() -> Any:
+    """`CAPFLEET_BOOT_LISTEN`, as the operator and the boot front read it."""
+    return setting(f"{DEFAULT_LISTEN_HOST}:8081", parse=_listen)
+
+
 def _cipher_suite(value: str) -> int:
     if value.strip() not in {"3", "17"}:
         raise ValueError("must be 3 or 17")
@@ -47,7 +55,8 @@ def _cipher_suite(value: str) -> int:
 
 @dataclass(frozen=True)
 class BaremetalSettings(reconciling.Settings):
-    boot_listen: str = setting(f"{DEFAULT_LISTEN_HOST}:8081", env="CAPFLEET_BOOT_LISTEN", parse=_listen)
+    boot_listen: str = listen_setting()
+    boot_socket: str | None = None
     boot_url: str | None = None
     files_dir: str | None = setting(None, env="CAPFLEET_BOOT_FILES_DIR")
     deploy_ramdisk_dir: str | None = None

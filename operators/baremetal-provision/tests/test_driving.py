@@ -222,6 +222,7 @@ async def test_a_reported_failure_is_counted_and_the_next_attempt_network_boots_
     ctx, kube = context(server)
     reported = {
         markers.NETWORK_BOOTED: ago(30),
+        markers.BOOT_REQUESTER: "172.30.1.50",
         markers.SEED_FETCHED: ago(20),
         markers.FAILURE_REPORTED: "BadChecksum: the image is not the one asked for",
         markers.FAILED_ATTEMPTS: "1",
@@ -232,6 +233,7 @@ async def test_a_reported_failure_is_counted_and_the_next_attempt_network_boots_
     assert kube.annotations[markers.LAST_FAILURE] == "BadChecksum: the image is not the one asked for"
     assert kube.annotations[markers.FAILURE_REPORTED] is None  # removed, with the seed mark, in one patch
     assert kube.annotations[markers.SEED_FETCHED] is None
+    assert kube.annotations[markers.BOOT_REQUESTER] is None  # the next attempt binds afresh
     assert kube.annotations[markers.NETWORK_BOOTED]  # the next attempt's power cycle
     assert last(kube, "phase") == "NetworkBooting"
     assert last(kube, "provisioningAttempts") == 3

@@ -3,10 +3,12 @@ Redfish emulator really network-boot from the operator's iPXE scripts, fetch the
 back; deletion powers them off; an installer that never calls back times out twice, each attempt a real
 power cycle, then stops at RetryLimitExceeded; a wrong password shows, and does not block deletion;
 an untrusted BMC address (plain HTTP, or outside bmcAddressCIDRs) is refused before its credentials are
-read."""
+read; another host on the provisioning network, even with the attempt's token, gets nothing of a server's
+attempt once the server fetched its boot script."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -175,3 +177,75 @@ async def test_an_untrusted_bmc_address_is_refused_before_its_credentials_are_re
     assert secret_reads == [], "the credentials were read for a refused address"
     assert (await facts(server)).power_state == "Off", "nothing was done to the server"
     await delete_and_wait(kube, namespace, server.name, "the refused instance deleted", 30)
+
+
+def intruding(pxe_lab: PxeLab, address: str, verb: str) -> None:
+    """Add (or delete) `address` on the lab's bridge: another host on the provisioning network."""
+    network = pxe_lab.network
+    subprocess.run(
+        network.exec_argv(["ip", "addr", verb, f"{address}/32", "dev", network.bridge]), check=True
+    )
+
+
+def ask_as(pxe_lab: PxeLab, address: str, path: str, post: bool = False) -> tuple[int, str]:
+    """`path` of the boot server as another host on the provisioning network (source `address`): the HTTP
+    status and body."""
+    argv = ["curl", "-s", "--max-time", "20", "--interface", address, "-w", "\n%{http_code}"]
+    url = pxe_lab.network.http_url(path)
+    done = subprocess.run(
+        pxe_lab.network.exec_argv([*argv, *(["-X", "POST"] if post else []), url]),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    body, _, status = done.stdout.rpartition("\n")
+    return int(status), body
+
+
+async def test_another_host_on_the_network_gets_nothing_of_a_bound_attempt(
+    kube: Kube,
+    namespace: str,
+    run_operator: RunOperator,
+    pxe_lab: PxeLab,
+    baremetal_servers: Callable[[int], list[BareMetalServer]],
+    netboot_image: TestImage,
+    tmp_path: Path,
+) -> None:
+    (server,) = baremetal_servers(1)
+    env = operator_env(pxe_lab, boot_files(netboot_image, tmp_path / "files"))
+    run_operator("baremetal_provision", namespaces=[namespace], env=env)
+    network = pxe_lab.network
+    intruder = str(network.network.network_address + 250)  # outside DHCP's .100-.200 and the node pools
+    intruding(pxe_lab, intruder, "add")
+    await create_secrets(kube, namespace, server)
+    await create_instance(kube, namespace, server, netboot_image, env["CAPFLEET_BOOT_URL"])
+
+    async def bound() -> dict[str, Any] | None:
+        obj = await kube.get(INSTANCES, server.name, namespace)
+        return obj if markers.BOOT_REQUESTER in ((obj or {})["metadata"].get("annotations") or {}) else None
+
+    obj = await eventually("the server to fetch its boot script", bound, within=120, interval=0.2)
+    address = obj["metadata"]["annotations"][markers.BOOT_REQUESTER]
+    assert address not in (intruder, str(network.address)), "bound to the server's own lease"
+    token = markers.token_of(obj["metadata"])
+    assert token is not None
+    status, script = ask_as(pxe_lab, intruder, f"ipxe?mac={server.mac.replace(':', '-')}")
+    assert (status, token in script) == (403, False)
+    for path in (f"seed/{token}/user-data", f"seed/{token}/meta-data"):
+        assert ask_as(pxe_lab, intruder, path)[0] == 403, path
+    assert ask_as(pxe_lab, intruder, f"callback/{token}?result=deployed", post=True)[0] == 403
+
+    async def provisioned() -> dict[str, Any] | None:
+        obj = await kube.get(INSTANCES, server.name, namespace)
+        return obj if (obj or {}).get("status", {}).get("phase") == "Provisioned" else None
+
+    obj = await eventually("the server to be provisioned all the same", provisioned, within=150)
+    assert obj["metadata"]["annotations"][markers.BOOT_REQUESTER] == address
+    assert "installed-by-capfleet" in server.serial_output(), "the server got its user-data"
+    warnings = [
+        e for e in await kube.list(resources.EVENTS, namespace) if e["reason"] == "BootRequestRefused"
+    ]
+    assert warnings, "the refusals are reported"
+    assert all(intruder in e["message"] and token not in e["message"] for e in warnings)
+    await delete_and_wait(kube, namespace, server.name, "the instance to be deleted", 60)
+    intruding(pxe_lab, intruder, "del")

@@ -8,7 +8,7 @@ import asyncio
 import base64
 import contextlib
 import hashlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -239,6 +239,70 @@ async def test_the_seed_and_callback_die_with_their_attempt() -> None:
     body["metadata"]["annotations"][markers.CALLED_BACK] = "2026-01-01T00:00:00Z"
     async with serving_of(body) as (client, _, token):
         assert (await client.get(f"/seed/{token}/user-data")).status == 404, "no seed after the callback"
+
+
+class LiveIndex(Mapping[str, list[serving.Served]]):
+    """kopf's index of the one instance as FakeKube holds it now (as kopf's watch keeps it current)."""
+
+    def __init__(self, kube: FakeKube, key: Callable[[serving.Served], str]) -> None:
+        self.kube, self.key = kube, key
+
+    def _entry(self) -> serving.Served | None:
+        meta = {**self.kube.instance["metadata"], "annotations": dict(self.kube.annotations)}
+        return serving.served_of({**self.kube.instance, "metadata": meta})
+
+    def __getitem__(self, key: str) -> list[serving.Served]:
+        entry = self._entry()
+        if entry is None or self.key(entry) != key:
+            raise KeyError(key)
+        return [entry]
+
+    def __iter__(self) -> Iterator[str]:
+        entry = self._entry()
+        return iter([self.key(entry)] if entry is not None else [])
+
+    def __len__(self) -> int:
+        return len(list(iter(self)))
+
+
+async def test_an_attempt_is_served_only_to_the_address_that_fetched_its_script() -> None:
+    """Behind the front: the first address to fetch the per-MAC script binds the attempt; another address
+    gets neither script nor seed nor callback through, each refusal a Warning Event naming both, and the
+    bound address is served as before."""
+    body = instance()
+    kube = FakeKube(body)
+    memo = cast(kopf.Memo, {reconciling.KUBE_KEY: kube, reconciling.EVENTS_KEY: events.Recorder(kube)})
+    settings = BaremetalSettings(boot_url="http://boot:8081", boot_socket="/run/capfleet-boot/boot.sock")
+    by_mac = cast(kopf.Index[str, serving.Served], LiveIndex(kube, lambda e: e.spec.boot_mac_address))
+    by_token = cast(kopf.Index[str, serving.Served], LiveIndex(kube, lambda e: e.token))
+    lookup = serving.Lookup(memo, by_mac, by_token, settings)
+    server, other = {front.REQUESTER_HEADER: "172.30.1.50"}, {front.REQUESTER_HEADER: "172.30.1.66"}
+    token = markers.token_of({**body["metadata"], "annotations": kube.annotations})
+    assert token is not None
+    async with TestClient(TestServer(serving.application(lookup))) as client:
+        mac = {"mac": "52-54-00-aa-bb-01"}
+        assert (await client.get(f"/seed/{token}/meta-data", headers=other)).status == 200, "not bound yet"
+        script = await client.get("/ipxe", params=mac, headers=server)
+        assert script.status == 200
+        assert kube.annotations[markers.BOOT_REQUESTER] == "172.30.1.50"
+        stolen = await client.get("/ipxe", params=mac, headers=other)
+        assert stolen.status == 403
+        assert token not in await stolen.text()
+        for path in (f"/seed/{token}/meta-data", f"/seed/{token}/user-data"):
+            assert (await client.get(path, headers=other)).status == 403
+        assert (await client.post(f"/callback/{token}?result=deployed", headers=other)).status == 403
+        assert markers.SEED_FETCHED not in kube.annotations
+        assert markers.CALLED_BACK not in kube.annotations
+        (event,) = kube.events  # one Event for the refusals in a row
+        assert (event["type"], event["reason"]) == ("Warning", "BootRequestRefused")
+        assert "172.30.1.66" in event["message"]
+        assert "bound to 172.30.1.50" in event["message"]
+        assert token not in event["message"]
+        assert (await client.get("/ipxe", params=mac, headers=server)).status == 200
+        user_data = await client.get(f"/seed/{token}/user-data", headers=server)
+        assert await user_data.read() == b"#cloud-config\n"
+        assert (await client.post(f"/callback/{token}", headers=server)).status == 204
+        assert markers.CALLED_BACK in kube.annotations
 
 
 IMAGE_BYTES = bytes(range(256)) * 4096

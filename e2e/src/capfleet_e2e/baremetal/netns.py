@@ -21,7 +21,6 @@ import contextlib
 import ipaddress
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,10 +39,9 @@ def _listening(relay: Component) -> bool | None:
     return True if "relay: listening" in relay.log_path.read_text(errors="replace") else None
 
 
-def _accepting(port: int) -> bool | None:
-    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
-        return True
-    return None
+def _serving(front: Component) -> bool | None:
+    """Whether the front's server is up (aiohttp logs nothing when it is: the front says so first)."""
+    return True if "relaying the boot routes" in front.log_path.read_text(errors="replace") else None
 
 
 def _ip(*args: str) -> None:
@@ -111,6 +109,11 @@ class PxeNetwork:
         v6 = f"{self.ipv6_network.network_address + 1}/{self.ipv6_network.prefixlen}"
         _ip(*ns, "addr", "add", v6, "dev", self.bridge, "nodad")
         _ip(*ns, "link", "set", self.bridge, "up")
+        self._start_ns_relay()
+
+    def _start_ns_relay(self) -> None:
+        if self._ns_relay is not None:
+            return
         argv = [sys.executable, "-m", "capfleet_e2e.baremetal.relay"]
         listen = f"tcp:{self.address}:{self.http_port}"
         self._ns_relay = Component(
@@ -119,9 +122,13 @@ class PxeNetwork:
         relay = self._ns_relay
         wait_for("the PXE network's HTTP relay", lambda: _listening(relay), START_TIMEOUT, [relay])
 
+    def _stop_ns_relay(self) -> None:
+        self._stop_ns_relay()
+
     def forward_http_to(self, port: int) -> None:
         """Relay the guests' HTTP connections to 127.0.0.1:`port` from now on (replacing any earlier one)."""
         self._stop_host_relay()
+        self._start_ns_relay()
         self.http_socket.unlink(missing_ok=True)
         argv = [sys.executable, "-m", "capfleet_e2e.baremetal.relay"]
         relay = Component(
@@ -131,17 +138,20 @@ class PxeNetwork:
         wait_for("the host HTTP relay", lambda: _listening(relay), START_TIMEOUT, [relay])
 
     def serve_boot_front(self) -> Path:
-        """Start a boot front (`baremetal_provision.front`) on a loopback port, relay the guests' HTTP to it
-        from now on, and return the UNIX socket it relays to: the operator's `CAPFLEET_BOOT_SOCKET`."""
+        """Serve the guests' HTTP with a boot front (`baremetal_provision.front`) from now on, in place of
+        the relay: on the provisioning network itself, as in production, so it sees each guest's address.
+        Returns the UNIX socket it relays to (the operator's `CAPFLEET_BOOT_SOCKET`; files cross the
+        namespace, packets do not)."""
+        self._stop_host_relay()
+        self._stop_ns_relay()
         self._fronts += 1
         upstream = self.root / f"boot-{self._fronts}.sock"
-        port = free_port()
-        env = {"CAPFLEET_BOOT_LISTEN": f"127.0.0.1:{port}", "CAPFLEET_BOOT_UPSTREAM": str(upstream)}
-        argv = [sys.executable, "-m", "baremetal_provision.front"]
+        listen = f"{self.address}:{self.http_port}"
+        env = {"CAPFLEET_BOOT_LISTEN": listen, "CAPFLEET_BOOT_UPSTREAM": str(upstream)}
+        argv = self.exec_argv([sys.executable, "-m", "baremetal_provision.front"])
         front = Component(f"boot-front-{self._fronts}", argv, self.log_dir, env, inherit_env=False)
-        self.forward_http_to(port)  # stops an earlier front
         self._front = front
-        wait_for("the boot front", lambda: _accepting(port), START_TIMEOUT, [front])
+        wait_for("the boot front", lambda: _serving(front), 3 * START_TIMEOUT, [front])
         return upstream
 
     def expose(self, host: str, port: int) -> int:
@@ -187,9 +197,7 @@ class PxeNetwork:
             for relay in relays:
                 relay.stop()
         self._exposed.clear()
-        if self._ns_relay is not None:
-            self._ns_relay.stop()
-            self._ns_relay = None
+        self._stop_ns_relay()
         if self._created:
             with contextlib.suppress(subprocess.CalledProcessError):
                 _ip("netns", "delete", self.name)

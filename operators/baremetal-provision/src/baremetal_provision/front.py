@@ -14,8 +14,10 @@ header with the peer's address, and streams answers (images are GiBs) without de
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import signal
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -109,14 +111,28 @@ def application(upstream_socket: str) -> web.Application:
     return app
 
 
+async def serve(settings: FrontSettings) -> None:
+    """Relay until SIGTERM or SIGINT; says so once it listens."""
+    runner = web.AppRunner(application(settings.boot_upstream), access_log=None)
+    await runner.setup()
+    host, port = split_listen(settings.boot_listen)
+    await web.TCPSite(runner, host, port).start()
+    log.info("relaying the boot routes on %s:%d to %s", host, port, settings.boot_upstream)
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        asyncio.get_running_loop().add_signal_handler(signum, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = FrontSettings.load(os.environ)
     if not settings.boot_upstream:
         raise SystemExit("CAPFLEET_BOOT_UPSTREAM must name the operator's boot socket")
-    host, port = split_listen(settings.boot_listen)
-    log.info("relaying the boot routes on %s:%d to %s", host, port, settings.boot_upstream)
-    web.run_app(application(settings.boot_upstream), host=host, port=port, access_log=None, print=None)
+    asyncio.run(serve(settings))
 
 
 if __name__ == "__main__":

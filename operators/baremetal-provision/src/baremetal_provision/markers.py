@@ -32,6 +32,9 @@ BOOT_WINDOW = PREFIX + "boot-window-opened-at"
 then, its script, seed and callback are served."""
 NETWORK_BOOTED = PREFIX + "network-booted-at"
 SEED_FETCHED = PREFIX + "seed-fetched-at"
+BOOT_REQUESTER = PREFIX + "boot-requester"
+"""The address that fetched this attempt's per-MAC script: its seed, image and callback are served to that
+address only (the lease iPXE got, which the deploy ramdisk's DHCP client gets again)."""
 CALLED_BACK = PREFIX + "installer-called-back-at"
 CLEANING_BOOTED = PREFIX + "cleaning-booted-at"
 CLEANED = PREFIX + "cleaner-called-back-at"
@@ -45,7 +48,7 @@ mark) never changed the server, so its deletion has nothing to undo and needs no
 DETACHED = PREFIX + "detached"
 """Set by a person, as Metal3's `detached`: the operator leaves the BMC alone, and deletion completes
 without it (the way out for a BMC that is gone for good)."""
-ATTEMPT_MARKS = (BOOT_WINDOW, NETWORK_BOOTED, SEED_FETCHED, CALLED_BACK, FAILURE_REPORTED)
+ATTEMPT_MARKS = (BOOT_WINDOW, NETWORK_BOOTED, BOOT_REQUESTER, SEED_FETCHED, CALLED_BACK, FAILURE_REPORTED)
 """Cleared together when an attempt is counted as failed, so the next one starts afresh."""
 
 

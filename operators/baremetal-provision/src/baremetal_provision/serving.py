@@ -3,8 +3,9 @@ the deploy ramdisk and (when enabled) cached images.
 
 Started at operator startup (aiohttp). Instances are found by MAC and by token through kopf indexes
 (`Served` entries, kept current by kopf's watch), so a request never lists the API. A seed is served only
-while its attempt is open, under that attempt's token, and its user-data once: a second fetch is refused
-with a Warning Event, since it means someone else on the provisioning network asked. The guest's progress
+while its attempt is open, under that attempt's token, to the address that fetched the attempt's per-MAC
+script, and its user-data once: a second fetch, or any request from another address, is refused with a
+Warning Event, since it means someone else on the provisioning network asked. The guest's progress
 (seed fetched, deployed or failed with a reason; on deletion, the cleaner called back) is written as
 annotations on the instance, which triggers its reconcile: the HTTP server records, the reconcile decides.
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import logging
 import os
 from collections.abc import Mapping
@@ -53,6 +55,8 @@ class Served:
     cleaning: bool = False
     """Deleted and being cleaned: the cleaning profile is served, and only the cleaning callback."""
     network_booted_at: str | None = None
+    requester: str | None = None
+    """The address this attempt is bound to (the one that fetched its per-MAC script), once known."""
     window_opened: bool = False
     """The operator opened this attempt's boot window (it is about to network-boot the server)."""
     failure_reported: bool = False
@@ -84,6 +88,7 @@ def served_of(body: Mapping[str, Any]) -> Served | None:
         called_back=bool(found.get(markers.CALLED_BACK)),
         cleaning=cleaning,
         network_booted_at=found.get(markers.NETWORK_BOOTED),
+        requester=found.get(markers.BOOT_REQUESTER),
         window_opened=bool(found.get(markers.BOOT_WINDOW) or found.get(markers.NETWORK_BOOTED)),
         failure_reported=bool(found.get(markers.FAILURE_REPORTED)),
         exhausted=markers.count(found.get(markers.FAILED_ATTEMPTS)) >= spec.max_provisioning_attempts,
@@ -110,10 +115,10 @@ class Lookup:
         """The API client, read when a request needs it: the runtime creates it after this server starts."""
         return reconciling.from_memo(self.memo, reconciling.KUBE_KEY, Kube)
 
-    def requester(self, request: web.Request) -> str:
+    def requester(self, request: web.Request) -> str | None:
         """Who sent `request`: the peer, or behind the front (a UNIX socket), the address it relayed."""
         relayed = request.headers.get(REQUESTER_HEADER) if self.settings.boot_socket else None
-        return relayed or request.remote or "an unknown address"
+        return relayed or request.remote or None
 
     def base(self, request: web.Request, served: Served | None = None) -> str:
         own = served.spec.boot_server_url if served is not None else None
@@ -126,25 +131,54 @@ class Lookup:
     def recorder(self) -> events.Recorder:
         return reconciling.from_memo(self.memo, reconciling.EVENTS_KEY, events.Recorder)
 
-    async def claim_user_data(self, served: Served) -> tuple[bool, dict[str, Any] | None]:
-        """Mark the user-data of the current attempt fetched, once: a patch conditional on the instance's
-        resourceVersion, so of two fetches at once only one gets it. Whether this fetch is the first, and
-        the instance as last read (None when it is gone)."""
+    async def claim(
+        self, served: Served, key: str, value: str, requester: str | None = None
+    ) -> tuple[bool, str | None, dict[str, Any] | None]:
+        """Set the mark `key` of the current attempt to `value` unless it is set (or, with `requester`, the
+        attempt is bound to another address): a patch conditional on the instance's resourceVersion, so of
+        two requests at once only one sets it. Whether this call set it, the mark's value (None when unset,
+        or the instance is gone or in another attempt), and the instance as last read."""
         while True:
             body = await self.kube.get(INSTANCES, served.name, served.namespace)
             if body is None or markers.token_of(body["metadata"]) != served.token:
-                return False, body
-            if markers.annotations_of(body["metadata"]).get(markers.SEED_FETCHED):
-                return False, body
+                return False, None, body
+            marks = markers.annotations_of(body["metadata"])
+            if marks.get(key):
+                return False, marks[key], body
+            if requester is not None and marks.get(markers.BOOT_REQUESTER, requester) != requester:
+                return False, None, body
             version = body["metadata"]["resourceVersion"]
-            patch = {
-                "metadata": {"resourceVersion": version, "annotations": {markers.SEED_FETCHED: markers.now()}}
-            }
+            patch = {"metadata": {"resourceVersion": version, "annotations": {key: value}}}
             try:
                 await self.kube.patch(INSTANCES, served.name, patch, served.namespace)
             except Conflict:
                 continue  # changed since read: read again
-            return True, body
+            return True, value, body
+
+    async def claim_user_data(
+        self, served: Served, requester: str | None
+    ) -> tuple[bool, dict[str, Any] | None]:
+        """Mark the user-data of the current attempt fetched, once, by the address the attempt is bound to
+        (if any). Whether this fetch is the one, and the instance as last read (None when it is gone)."""
+        first, _, body = await self.claim(served, markers.SEED_FETCHED, markers.now(), requester or "")
+        return first, body
+
+    async def refused(self, request: web.Request, served: Served) -> bool:
+        """Whether `request` comes from another address than the one its attempt is bound to; if so, the
+        refusal is logged and reported (a Warning Event on the instance)."""
+        requester = self.requester(request)
+        if served.requester is None or requester == served.requester:
+            return False
+        message = (
+            f"refused {request.path.split('/')[1]} to {requester or 'an unknown address'}: this provisioning "
+            f"attempt is bound to {served.requester}, which fetched its boot script; if the server did not "
+            "move, someone else on the provisioning network asked"
+        )
+        log.warning("%s/%s: %s", served.namespace, served.name, message)
+        body = await self.kube.get(INSTANCES, served.name, served.namespace)
+        if body is not None:
+            await self.recorder.transition(body, "Warning", "BootRequestRefused", message)
+        return True
 
     async def mark(self, served: Served, key: str, value: str | None = None) -> None:
         patch = {"metadata": {"annotations": {key: value or markers.now()}}}
@@ -179,6 +213,8 @@ async def ipxe(request: web.Request) -> web.Response:
         return text(booting.exit_script("provisioning failed; not booting the deployer again now"))
     if not served.attempt_open:
         return text(booting.exit_script("no provisioning attempt is open for this MAC"))
+    if not await bind(lookup, served, request):
+        return text(booting.exit_script("this attempt is bound to another address"), 403)
     if served.spec.os is not None:
         log.info("serving the installer script of %s/%s to %s", served.namespace, served.name, mac)
         return text(booting.install_script(served.spec.os, base, served.token))
@@ -189,12 +225,30 @@ async def ipxe(request: web.Request) -> web.Response:
     return text(script)
 
 
+async def bind(lookup: Lookup, served: Served, request: web.Request) -> bool:
+    """Bind the attempt to the address asking for its script, unless it is bound already; whether that is
+    the address asking (always, when the address is unknown: then nothing is bound)."""
+    requester = lookup.requester(request)
+    if requester is None:
+        return True
+    try:
+        _, bound, _ = await lookup.claim(served, markers.BOOT_REQUESTER, requester)
+    except KubeError as exc:
+        log.warning("cannot bind the attempt of %s/%s: %s", served.namespace, served.name, exc)
+        raise web.HTTPServiceUnavailable() from exc
+    if bound in (None, requester):
+        return True
+    return not await lookup.refused(request, dataclasses.replace(served, requester=bound))
+
+
 async def seed(request: web.Request) -> web.Response:
     lookup = request.app[LOOKUP]
     served = lookup.find(lookup.by_token, request.match_info["token"])
     name = request.match_info["file"]
     if served is None or not served.attempt_open or name not in SEED_FILES:
         raise web.HTTPNotFound()
+    if await lookup.refused(request, served):
+        raise web.HTTPForbidden(text="this attempt is bound to another address")
     if name == "meta-data":
         return text(booting.meta_data(served.namespace, served.name, served.spec))
     if name == "network-config":
@@ -208,12 +262,12 @@ async def seed(request: web.Request) -> web.Response:
         value = ((secret or {}).get("data") or {}).get(ref.key)
         if value is None:
             raise web.HTTPServiceUnavailable(text="bootstrap data not ready")
-        first, instance = await lookup.claim_user_data(served)
+        first, instance = await lookup.claim_user_data(served, lookup.requester(request))
     except KubeError as exc:
         log.warning("cannot serve the user-data of %s/%s: %s", served.namespace, served.name, exc)
         raise web.HTTPServiceUnavailable() from exc
     if not first:
-        await refuse_second_fetch(lookup, instance, lookup.requester(request))
+        await refuse_second_fetch(lookup, instance, lookup.requester(request) or "an unknown address")
         raise web.HTTPForbidden(text="the user-data of this attempt was already fetched")
     return web.Response(body=base64.b64decode(value), content_type="text/plain")
 
@@ -239,6 +293,8 @@ async def callback(request: web.Request) -> web.Response:
     served = lookup.find(lookup.by_token, request.match_info["token"])
     if served is None or served.cleaning or not served.window_opened:
         raise web.HTTPNotFound()
+    if await lookup.refused(request, served):
+        raise web.HTTPForbidden(text="this attempt is bound to another address")
     body = (await request.content.read(reports.BODY_MAX)).decode(errors="replace")
     report = reports.read(request.query, body, served.token)
     where = f"{served.namespace}/{served.name}"
@@ -279,21 +335,23 @@ async def cleaned(request: web.Request) -> web.Response:
 
 
 async def image(request: web.Request) -> web.StreamResponse:
-    cache, wanted = _cached_image(request)
+    cache, wanted = await _cached_image(request)
     return await cache.image(request, wanted)
 
 
 async def image_checksum(request: web.Request) -> web.Response:
-    cache, wanted = _cached_image(request)
+    cache, wanted = await _cached_image(request)
     return await cache.checksum(wanted)
 
 
-def _cached_image(request: web.Request) -> tuple[ImageCache, Image]:
+async def _cached_image(request: web.Request) -> tuple[ImageCache, Image]:
     """The cache and the image of the instance whose token is in the query, when it deploys one."""
     lookup = request.app[LOOKUP]
     served = lookup.find(lookup.by_token, request.query.get("token", ""))
     if lookup.images is None or served is None or not served.attempt_open or served.spec.image is None:
         raise web.HTTPNotFound()
+    if await lookup.refused(request, served):
+        raise web.HTTPForbidden(text="this attempt is bound to another address")
     return lookup.images, served.spec.image
 
 

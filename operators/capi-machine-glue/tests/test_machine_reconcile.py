@@ -171,6 +171,22 @@ async def test_a_vm_machine_gets_its_address_then_a_typed_vm_and_follows_it(api:
     assert conditions(api, "cp-0")["Ready"] == "Ready"
 
 
+async def test_once_the_node_joined_the_vm_drops_its_user_data_for_good(api: FakeKube) -> None:
+    machine(api, "cp-0", VM)
+    ctx = context(api)
+    await machines.reconcile(ctx, NS, "cp-0")
+    api.bind_claims()
+    await machines.reconcile(ctx, NS, "cp-0")
+    vm = api.obj(kinds.LIBVIRT_VM.resource, "cp-0")
+    assert "removeUserData" not in vm["spec"]["cloudInit"], "the VM boots with its bootstrap data"
+    api.obj(resources.CAPI_MACHINES, "cp-0")["status"] = {"nodeRef": {"name": "cp-0"}}
+    await machines.reconcile(ctx, NS, "cp-0")
+    assert vm["spec"]["cloudInit"]["removeUserData"] is True
+    api.obj(resources.CAPI_MACHINES, "cp-0")["status"] = {}  # as after a move, before CAPI finds the Node
+    await machines.reconcile(ctx, NS, "cp-0")
+    assert vm["spec"]["cloudInit"]["removeUserData"] is True
+
+
 async def test_a_server_boots_with_its_interfaces_and_an_unknown_one_is_recorded(api: FakeKube) -> None:
     machine(api, "w-0", METAL)
     ctx = context(api)

@@ -153,3 +153,7 @@ def test_a_seed_is_recognised_by_its_files_and_a_cut_off_upload_is_not() -> None
     assert seeding.files_of(seeding.cidata_iso(files)) == seeding.files_of(iso)  # bytes differ, files not
     assert seeding.files_of(bytes(len(iso))) is None  # created, never written
     assert seeding.files_of(iso[: len(iso) // 2] + bytes(len(iso) - len(iso) // 2)) != files  # cut off
+    assert seeding.files_of(iso + bytes(64 * 1024)) == files  # rewritten in place into a bigger volume
+    removed = {**files, "user-data": b""}
+    assert seeding.digest(files) == seeding.digest(seeding.files_of(seeding.cidata_iso(files)) or {})
+    assert seeding.digest(removed) != seeding.digest(files)

@@ -1,6 +1,7 @@
 """A LibvirtVM on a real libvirtd over SSH: it boots the test image from a disk cloned from a base image,
 the guest reports the NoCloud seed it read (user-data, meta-data with provider-id, network-config) by
-calling back to a loopback HTTP server; a wiped status is rebuilt identically; deletion leaves no domain
+calling back to a loopback HTTP server; a wiped status is rebuilt identically; `removeUserData` takes the
+user-data out of the seed on the hypervisor without restarting the VM, for good; deletion leaves no domain
 and no volume."""
 
 from __future__ import annotations
@@ -23,13 +24,14 @@ from libvirt_vm_helpers import (
     wait_condition,
 )
 
-from capfleet.kube import Kube
+from capfleet.kube import Kube, KubeError
 from capfleet_e2e.callbacks import Callbacks
 from capfleet_e2e.fixtures import RunOperator
 from capfleet_e2e.libvirt.hypervisor import Hypervisor
 from capfleet_e2e.libvirt.image import TestImage, seed_from_serial
 from capfleet_e2e.site import ensure_base_image, remove_base_image
 from capfleet_e2e.waiting import eventually
+from libvirt_vm import seeding
 
 pytestmark = pytest.mark.integration
 
@@ -116,6 +118,25 @@ async def test_vm_boots_with_its_seed_rebuilds_status_and_leaves_nothing(
         after = (await kube.get(VMS, "vm1", namespace) or {})["status"]
         assert without_times(after) == without_times(before)
         assert leftovers(hv, namespace)[0] == [domain]
+
+        # The Node joined (capi-machine-glue says so): the user-data leaves the hypervisor; the VM runs on.
+        running_as = domain_id(hv, domain)
+        await kube.patch(VMS, "vm1", {"spec": {"cloudInit": {"removeUserData": True}}}, namespace)
+        secret = user_data("vm1", callbacks.port).encode()
+
+        async def removed() -> dict[str, bytes] | None:
+            content = seed_volume(hv, f"{domain}_cidata.iso")
+            files = seeding.files_of(content)
+            return (
+                files if files is not None and files["user-data"] == b"" and secret not in content else None
+            )
+
+        files = await eventually("the seed to lose its user-data", removed, 60)
+        assert (files["meta-data"], files["network-config"]) == (seed["meta-data"], seed["network-config"])
+        assert domain_id(hv, domain) == running_as, "the VM was not restarted"
+        await wait_condition(kube, VMS, "vm1", namespace, "Ready", "True", 30)
+        with pytest.raises(KubeError, match="removeUserData cannot be undone"):
+            await kube.patch(VMS, "vm1", {"spec": {"cloudInit": {"removeUserData": False}}}, namespace)
     finally:
         await delete_all(kube, namespace, [hv_name])
         remove_base_image(hv)
@@ -124,6 +145,31 @@ async def test_vm_boots_with_its_seed_rebuilds_status_and_leaves_nothing(
     key = hv.sshd.client_private_key
     assert b64(key) not in log
     assert key.splitlines()[1] not in log  # the operator runs with --verbose
+
+
+def domain_id(hv: Hypervisor, domain: str) -> int:
+    """The running domain's ID, which a restart changes."""
+    conn = hv.connect()
+    try:
+        return int(conn.lookupByName(domain).ID())
+    finally:
+        conn.close()
+
+
+def seed_volume(hv: Hypervisor, name: str) -> bytes:
+    """All bytes of the seed volume `name`."""
+    conn = hv.connect()
+    try:
+        volume = conn.storagePoolLookupByName(hv.pool_name).storageVolLookupByName(name)
+        stream = conn.newStream(0)
+        volume.download(stream, 0, int(volume.info()[1]), 0)
+        chunks = []
+        while chunk := stream.recv(1 << 16):
+            chunks.append(chunk)
+        stream.finish()
+        return b"".join(chunks)
+    finally:
+        conn.close()
 
 
 def lambda_get(callbacks: Callbacks, path: str) -> Any:

@@ -90,6 +90,11 @@ def data_secret_name(machine: capi.Machine) -> str | None:
     return machine.spec.bootstrap.data_secret_name or None
 
 
+def node_joined(machine: capi.Machine) -> bool:
+    """Whether the Machine has its Node (CAPI sets the nodeRef once a Node with its providerID exists)."""
+    return machine.status.node_ref is not None
+
+
 def bootstrap_data(machine: capi.Machine) -> Update:
     name = data_secret_name(machine)
     if name is None:

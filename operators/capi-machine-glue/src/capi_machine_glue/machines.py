@@ -255,6 +255,7 @@ async def converge(
         data_secret=gates.data_secret_name(capi_machine) or "",
         failure_domain=gates.failure_domain(capi_machine) or run.spec.failure_domain,
         group=gates.machine_group(capi_machine),
+        joined=gates.node_joined(capi_machine),
     )
     if facts.failure_domain:
         recorder.fields["failureDomain"] = facts.failure_domain
@@ -341,6 +342,10 @@ async def vm(
     vm_spec = run.planned(summaries.VM, lambda: specs.vm_spec(run.spec, cluster, facts, allocations))
     if children.vm is None:
         children.vm = await run.ensure(LIBVIRT_VMS, facts.name, vm_spec)
+    if facts.joined and not kinds.LIBVIRT_VM.parse(children.vm).spec.cloud_init.remove_user_data:
+        # The Node joined: the join token (for a control plane, the CA keys) leaves the hypervisor.
+        removed = {"spec": {"cloudInit": {"removeUserData": True}}}
+        children.vm = await run.ctx.kube.patch(LIBVIRT_VMS, facts.name, removed, run.namespace) or children.vm
     recorder.note(summaries.child_ready(summaries.VM, "LibvirtVM", children.vm, "Running"))
     record = specs.netbox_vm_spec(run.spec, cluster, facts, allocations)
     if record is not None:

@@ -78,6 +78,8 @@ class MachineFacts:
     failure_domain: str | None = None
     group: str | None = None
     """The owning MachineSet or control plane: VMs of one group are spread over hypervisors."""
+    joined: bool = False
+    """The Machine's Node joined: its bootstrap data has done its work."""
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ they hold (`files_of`), not byte for byte.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import re
 from collections.abc import Mapping
@@ -60,3 +61,12 @@ def files_of(iso: bytes) -> dict[str, bytes] | None:
     finally:
         reader.close()
     return found
+
+
+def digest(files: Mapping[str, bytes]) -> str:
+    """A digest of the seed's files (not of the ISO's bytes, which differ between builds)."""
+    hashed = hashlib.sha256()
+    for name in sorted(files):
+        hashed.update(f"{name}\0{len(files[name])}\0".encode())
+        hashed.update(files[name])
+    return hashed.hexdigest()

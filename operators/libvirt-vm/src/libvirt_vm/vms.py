@@ -104,10 +104,14 @@ def provider_id_of(vm: LibvirtVM, hv_name: str, domain: str) -> str:
 
 
 async def seed_data(placed: Placed, vm: LibvirtVM) -> bytes:
-    """The cidata ISO: the bootstrap Secret's user-data, meta-data and network-config."""
+    """The cidata ISO: the bootstrap Secret's user-data (none once `removeUserData`), meta-data and
+    network-config."""
     cloud_init, owner = vm.spec.cloud_init, placed.owner
     ref = cloud_init.user_data_secret_ref
-    user_data = await secret_value(placed.ctx.kube, owner.namespace, ref.name, ref.key)
+    if cloud_init.remove_user_data:
+        user_data = b""
+    else:
+        user_data = await secret_value(placed.ctx.kube, owner.namespace, ref.name, ref.key)
     meta = cloudinit.meta_data(
         names.domain_uuid(owner.namespace, owner.name),
         cloud_init.hostname or owner.name,
@@ -224,11 +228,11 @@ async def make_seed(run: reconciling.Recorder, placed: Placed, vm: LibvirtVM) ->
     """SeedReady: the NoCloud ISO built and uploaded as a volume; its path."""
     iso = await run.step(SEED, seed_data(placed, vm), "Built")
     volume = names.seed_volume(placed.domain)
-    # Once per process and seed, what is there is read back: an upload cut off by a kill left a volume
-    # that exists but is no seed.
+    # Once per process and seed content, what is there is read back: an upload cut off by a kill left a
+    # volume that exists but is no seed, and a changed seed (its user-data removed) must replace the old.
     checked = placed.ctx.shared.checked_seeds
-    key = f"{placed.hypervisor}/{volume}"
     wanted = seeding.files_of(iso)
+    key = f"{placed.hypervisor}/{volume}/{seeding.digest(wanted or {})}"
     current = None if key in checked else (lambda found: seeding.files_of(found) == wanted)
     upload = placed.run(lambda c: hosts.ensure_seed(c, placed.pool_name, volume, iso, current))
     path = await run.step(SEED, upload, "Uploaded", "NoCloud cidata volume uploaded")

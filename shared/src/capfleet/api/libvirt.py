@@ -163,6 +163,16 @@ class VMInterface(GuestInterface):
 class CloudInit(Model):
     """The NoCloud seed the VM boots with."""
 
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            (
+                "!has(oldSelf.removeUserData) || !oldSelf.removeUserData || "
+                "(has(self.removeUserData) && self.removeUserData)",
+                "removeUserData cannot be undone: the user-data is gone from the hypervisor",
+            )
+        )
+    )
+
     user_data_secret_ref: SecretKeyReference = Field(
         description="Secret key holding the user-data (CAPI's bootstrap data Secret, key value)."
     )
@@ -182,6 +192,15 @@ class CloudInit(Model):
         description="provider-id in the meta-data; capfleet://vm/<hypervisor>/<domain> if unset.",
     )
     meta_data: dict[str, str] = Field(default_factory=dict, description="Extra meta-data keys.")
+    remove_user_data: bool | None = Field(
+        default=None,
+        description=(
+            "Once true (capi-machine-glue sets it when the Machine's Node joined), the seed on the "
+            "hypervisor keeps its meta-data and network-config but an empty user-data: the bootstrap "
+            "secrets (join token, for a control plane the cluster's CA keys) leave the hypervisor's disk. "
+            "The instance-id stays, so cloud-init runs nothing again. Cannot be undone."
+        ),
+    )
 
 
 class LibvirtVMSpec(Model):

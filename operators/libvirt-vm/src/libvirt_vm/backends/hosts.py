@@ -141,25 +141,36 @@ def ensure_seed(
     conn: Any, pool_name: str, name: str, data: bytes, current: Callable[[bytes], bool] | None = None
 ) -> str:
     """The path of raw volume `name` holding `data`, uploaded through a libvirt stream if missing, or
-    again when `current` (given the volume's bytes) says what is there is not the seed wanted."""
+    again when `current` (given the volume's bytes) says what is there is not the seed wanted: in place
+    when it fits, the rest zeroed, so nothing of the old seed stays on the disk (a running QEMU keeps a
+    deleted file's blocks alive for as long as it runs)."""
     pool = _pool(conn, pool_name)
     existing = _lookup_volume(pool, name)
     if existing is not None:
         if current is None or current(_content(conn, existing)):
             return str(existing.path())
+        capacity = int(existing.info()[1])
+        if capacity >= len(data):
+            _upload(conn, existing, data + bytes(capacity - len(data)))
+            return str(existing.path())
+        _upload(conn, existing, bytes(capacity))
         existing.delete(0)
     volume = pool.createXML(_volume_xml(name, len(data), "raw"), 0)
     try:
-        stream = conn.newStream(0)
-        volume.upload(stream, 0, len(data), 0)
-        view = memoryview(data)
-        for start in range(0, len(data), _CHUNK):
-            stream.send(view[start : start + _CHUNK].tobytes())
-        stream.finish()
+        _upload(conn, volume, data)
     except BaseException:
         _delete_quietly(volume)
         raise
     return str(volume.path())
+
+
+def _upload(conn: Any, volume: Any, data: bytes) -> None:
+    stream = conn.newStream(0)
+    volume.upload(stream, 0, len(data), 0)
+    view = memoryview(data)
+    for start in range(0, len(data), _CHUNK):
+        stream.send(view[start : start + _CHUNK].tobytes())
+    stream.finish()
 
 
 def _content(conn: Any, volume: Any) -> bytes:

@@ -6,8 +6,10 @@ place); `test_deploy_ramdisk_boots.py` boots the built ramdisk for each outcome.
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
+import ssl
 import subprocess
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from baremetal_provision.ramdisk_args import (  # type: ignore[import-untyped]
 )
 from capfleet_e2e.deployramdisk import build
 from capfleet_e2e.deployramdisk.build import recipe_digest
+from capfleet_e2e.pki import CertificateAuthority
 
 LIB = build.PACKAGE_DIR / "deploy_lib.sh"
 MIB, GIB = 2**20, 2**30
@@ -98,16 +101,19 @@ def test_recipe_digest_follows_the_init_script_and_the_host_files(tmp_path: Path
 # --- unit: deploy_lib.sh with busybox ---------------------------------------------------------------------
 
 
-def lib(script: str, sysfs: Path | None = None, cmdline: str = "") -> subprocess.CompletedProcess[str]:
+def lib(
+    script: str, sysfs: Path | None = None, cmdline: str = "", ca_dir: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {"PATH": os.environ["PATH"], "SYS": str(sysfs or "/nonexistent"), "CMDLINE": cmdline}
+    env["CA_DIR"] = str(ca_dir or "/nonexistent")
     return subprocess.run(
         ["busybox", "sh", "-c", f"set -f; . {LIB}; {script}"],
         env=env, capture_output=True, text=True, check=False, timeout=30,
     )  # fmt: skip
 
 
-def out(script: str, sysfs: Path | None = None, cmdline: str = "") -> str:
-    result = lib(script, sysfs, cmdline)
+def out(script: str, sysfs: Path | None = None, cmdline: str = "", ca_dir: Path | None = None) -> str:
+    result = lib(script, sysfs, cmdline, ca_dir)
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
 
@@ -154,6 +160,50 @@ def test_kernel_arguments_are_read_whole_with_globbing_off() -> None:
     assert out("redact 'https://user:pw@h/i.raw'") == "https://h/i.raw"
     assert out("with_query http://h/cb 'mac=m'") == "http://h/cb?mac=m"
     assert out("with_query 'http://h/cb?t=1' 'mac=m'") == "http://h/cb?t=1&mac=m"
+
+
+def test_the_nic_that_network_booted_gets_its_lease_first(tmp_path: Path) -> None:
+    for nic, mac in (
+        ("lo", "00:00:00:00:00:00"),
+        ("eno1", "52:54:00:00:00:01"),
+        ("eno2", "52:54:00:00:00:02"),
+    ):
+        (tmp_path / "class" / "net" / nic).mkdir(parents=True)
+        (tmp_path / "class" / "net" / nic / "address").write_text(f"{mac}\n")
+    assert out("nics", tmp_path).split() == ["eno1", "eno2"]
+    assert out("nics", tmp_path, "capfleet.bootif=52:54:00:00:00:02").split() == ["eno2", "eno1"]
+    assert out("nics", tmp_path, "capfleet.bootif=52:54:00:00:00:0A").split() == ["eno1", "eno2"]
+
+
+def test_only_the_boot_servers_https_urls_are_checked_against_its_ca(tmp_path: Path) -> None:
+    ca = CertificateAuthority.generate("boot-ca")
+    der = ssl.PEM_cert_to_DER_cert(ca.cert_pem.decode())
+    cmdline = f"capfleet.ca={base64.b64encode(der).decode()}"
+    # busybox stands in for itself here: it says which CA file each wget would be checked against.
+    spy = 'busybox() { echo "${SSL_CERT_FILE:-debian} $*"; }'
+    script = (
+        f"{spy}; trust_boot_ca https://boot.lab:8443/callback/t || exit 9; echo $boot_origin; "
+        "wget -q https://boot.lab:8443/seed/t/user-data; wget -q https://images.example/n.raw; "
+        "wget -q https://boot.lab:8443.evil.example/x"
+    )
+    lines = out(script, cmdline=cmdline, ca_dir=tmp_path).splitlines()
+    assert lines == [
+        "https://boot.lab:8443",
+        f"{tmp_path}/boot-ca.pem wget -q https://boot.lab:8443/seed/t/user-data",
+        "debian wget -q https://images.example/n.raw",
+        "debian wget -q https://boot.lab:8443.evil.example/x",
+    ]
+    assert (tmp_path / "boot-ca.der").read_bytes() == der
+    assert ssl.PEM_cert_to_DER_cert((tmp_path / "boot-ca.pem").read_text()) == der
+    assert out(f"{spy}; trust_boot_ca http://boot.lab/callback/t; wget -q http://boot.lab/x") == (
+        "debian wget -q http://boot.lab/x"
+    ), "no CA given: nothing changes"
+    assert (
+        lib(
+            "trust_boot_ca https://boot.lab/c", cmdline="capfleet.ca=bm90LWEtY2VydA==", ca_dir=tmp_path
+        ).returncode
+        == 1
+    )
 
 
 def test_candidate_disks_leave_out_removable_read_only_and_virtual_devices(sysfs: Path) -> None:

@@ -189,7 +189,7 @@ def baremetal_env(pxe_lab: PxeLab, files: Path) -> tuple[dict[str, str], str]:
     url = pxe_lab.network.http_url().rstrip("/")
     env = {
         **OPERATOR_ENV["baremetal_provision"],
-        "CAPFLEET_BOOT_SOCKET": str(pxe_lab.network.serve_boot_front()),
+        **pxe_lab.network.serve_boot_front().operator_env(),
         "CAPFLEET_BOOT_URL": url,
         "CAPFLEET_BOOT_FILES_DIR": str(files),
     }

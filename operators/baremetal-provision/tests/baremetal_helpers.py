@@ -32,21 +32,22 @@ def b64(value: str) -> str:
     return base64.b64encode(value.encode()).decode()
 
 
-def operator_env(pxe_lab: PxeLab, files: Path) -> dict[str, str]:
+def operator_env(pxe_lab: PxeLab, files: Path, tls: bool = False) -> dict[str, str]:
     """The operator's environment: its boot HTTP server on a UNIX socket, behind a boot front that the
-    lab's guests reach, as in the Deployment."""
+    lab's guests reach, as in the Deployment (with `tls`, the deploy ramdisk reaches it over https://)."""
     return {
         **OPERATOR_ENV,
-        "CAPFLEET_BOOT_SOCKET": str(pxe_lab.network.serve_boot_front()),
+        **pxe_lab.network.serve_boot_front(tls).operator_env(),
         "CAPFLEET_BOOT_URL": pxe_lab.network.http_url().rstrip("/"),
         "CAPFLEET_BOOT_FILES_DIR": str(files),
     }
 
 
 def deploy_env(pxe_lab: PxeLab, ramdisk: DeployRamdisk, files: Path, cache: Path) -> dict[str, str]:
-    """The operator's environment for image deployments: it serves the deploy ramdisk and caches images."""
+    """The operator's environment for image deployments: it serves the deploy ramdisk and caches images,
+    and the ramdisk fetches its seed and image and calls back over https://, trusting the lab's CA."""
     return {
-        **operator_env(pxe_lab, files),
+        **operator_env(pxe_lab, files, tls=True),
         "CAPFLEET_DEPLOY_RAMDISK_DIR": str(ramdisk.directory),
         "CAPFLEET_IMAGE_CACHE_DIR": str(cache),
     }

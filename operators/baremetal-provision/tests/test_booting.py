@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import base64
 import logging
+import ssl
 from typing import Any
 
+import pytest
 import yaml
 
-from baremetal_provision import booting, markers
+from baremetal_provision import booting, markers, ramdisk_args
 from capfleet import cloudinit, pausing
 from capfleet.api.baremetal import BaremetalInstanceSpec, OSProfile
+from capfleet_e2e.pki import CertificateAuthority
 
 OS = OSProfile.model_validate(
     {"kernelURL": "http://h/k", "initrdURL": "http://h/i", "kernelArgs": ["console=ttyS0"]}
@@ -121,16 +125,21 @@ def test_each_attempt_has_its_own_token() -> None:
 
 
 def test_cleaning_script_calls_back_to_the_cleaning_url_and_has_no_seed() -> None:
-    script = booting.cleaning_script(OS, "http://b:1", "tok")
+    script = booting.cleaning_script(OS, "http://b:1", "tok", "52:54:00:aa:bb:01")
     assert script.splitlines() == [
         "#!ipxe",
         "kernel http://h/k console=ttyS0 capfleet.mode=cleaning capfleet.cleaning=metadata"
-        " capfleet.callback=http://b:1/cleaned/tok",
+        " capfleet.callback=http://b:1/cleaned/tok capfleet.bootif=52:54:00:aa:bb:01",
         "initrd http://h/i",
         "boot",
     ]
+    tls = booting.BootTLS("https://boot.lab", "MIIB")
+    over_tls = booting.cleaning_script(RAMDISK, "http://b:1", "tok", "52:54:00:aa:bb:01", tls).split()
+    assert "capfleet.callback=https://boot.lab/cleaned/tok" in over_tls
+    assert "capfleet.ca=MIIB" in over_tls
 
 
+CA_PEM = CertificateAuthority.generate("boot-ca").cert_pem.decode()
 RAMDISK = booting.ramdisk_profile("http://b:1/deploy/vmlinuz", "http://b:1/deploy/initrd.img")
 DIGEST = "ab" * 32
 
@@ -170,7 +179,31 @@ def test_the_deploy_script_boots_the_ramdisk_with_the_image_hints_seed_and_callb
         "ds=nocloud-net;s=http://b:1/seed/tok/",
         "capfleet.callback=http://b:1/callback/tok",
         "capfleet.hints=serial:S1,min_size_gib:20",
+        "capfleet.bootif=52:54:00:aa:bb:01",
     ]
+
+
+def test_over_tls_the_ramdisk_gets_https_urls_and_the_ca_while_ipxe_stays_on_http() -> None:
+    tls = booting.BootTLS("https://172.30.1.1", ramdisk_args.ca_arg(CA_PEM))
+    script = booting.deploy_script(image_spec(), RAMDISK, "http://b:1", "tok", cached=True, tls=tls)
+    kernel_line = script.splitlines()[1].split()
+    assert kernel_line[1] == "http://b:1/deploy/vmlinuz"  # iPXE fetches these over plain HTTP
+    assert "capfleet.image=https://172.30.1.1/images/image?token=tok" in kernel_line
+    assert "ds=nocloud-net;s=https://172.30.1.1/seed/tok/" in kernel_line
+    assert "capfleet.callback=https://172.30.1.1/callback/tok" in kernel_line
+    [ca] = [a.split("=", 1)[1] for a in kernel_line if a.startswith("capfleet.ca=")]
+    assert base64.b64decode(ca) == ssl.PEM_cert_to_DER_cert(CA_PEM)
+
+
+def test_one_ca_certificate_and_a_command_line_the_kernel_keeps_whole() -> None:
+    with pytest.raises(ValueError, match="one PEM certificate, not 2"):
+        ramdisk_args.ca_arg(CA_PEM + CA_PEM)
+    with pytest.raises(ValueError, match="one PEM certificate, not 0"):
+        ramdisk_args.ca_arg("-----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY-----\n")
+    long_url = "https://images.example/" + "n" * 1900
+    given = image_spec(image={"url": long_url, "checksum": DIGEST})
+    with pytest.raises(ValueError, match="over 2047"):
+        booting.deploy_script(given, RAMDISK, "http://b:1", "tok", cached=False)
 
 
 def test_a_cached_image_and_its_checksum_url_are_fetched_from_the_operator_by_token() -> None:

@@ -4,18 +4,26 @@ front in front of the real operator, started with no environment but PATH.)"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
+import os
+import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from baremetal_provision import front
 from baremetal_provision.reports import BODY_MAX
+from capfleet_e2e.pki import CertificateAuthority
+from capfleet_e2e.processes import free_port
+from capfleet_e2e.waiting import eventually
 
 IMAGE = bytes(range(256)) * (24 * 4096)  # 24 MiB, streamed in chunks
 
@@ -42,18 +50,26 @@ class Upstream:
         return web.Response(text=f"#!ipxe\necho {request.path}\n", headers={"X-Internal": "kept back"})
 
 
-@pytest.fixture
-async def relayed(tmp_path: Path) -> AsyncIterator[tuple[TestClient[Any, Any], Upstream]]:
+@contextlib.asynccontextmanager
+async def stand_in_operator(socket: Path) -> AsyncIterator[Upstream]:
     upstream = Upstream()
     app = web.Application()
     app.router.add_route("*", "/{path:.*}", upstream.answer)
     runner = web.AppRunner(app)
     await runner.setup()
-    socket = tmp_path / "boot.sock"
     await web.UnixSite(runner, str(socket)).start()
-    async with TestClient(TestServer(front.application(str(socket)))) as client:
+    try:
+        yield upstream
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture
+async def relayed(tmp_path: Path) -> AsyncIterator[tuple[TestClient[Any, Any], Upstream]]:
+    socket = tmp_path / "boot.sock"
+    relay = TestClient(TestServer(front.application(str(socket))))
+    async with stand_in_operator(socket) as upstream, relay as client:
         yield client, upstream
-    await runner.cleanup()
 
 
 async def test_boot_routes_reach_the_operator_with_the_peer_as_requester(
@@ -132,3 +148,60 @@ def test_the_front_refuses_to_start_without_its_operator_socket(monkeypatch: pyt
     monkeypatch.delenv("CAPFLEET_BOOT_UPSTREAM", raising=False)
     with pytest.raises(SystemExit, match="CAPFLEET_BOOT_UPSTREAM"):
         front.main()
+
+
+async def test_over_tls_too_and_a_renewed_certificate_is_taken_without_a_restart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(front, "CERTIFICATE_CHECK_SECONDS", 0.2)
+    ca = CertificateAuthority.generate("boot-ca")
+    cert_file, key_file, ca_file = tmp_path / "tls.crt", tmp_path / "tls.key", tmp_path / "ca.crt"
+    ca_file.write_bytes(ca.cert_pem)
+
+    def issue() -> bytes:
+        cert, key = ca.issue_serving("boot", ips=["127.0.0.1"])
+        cert_file.write_bytes(cert)
+        key_file.write_bytes(key)
+        return cert
+
+    first = issue()
+    plain, secure = free_port(), free_port()
+    settings = front.FrontSettings(
+        boot_listen=f"127.0.0.1:{plain}",
+        boot_upstream=str(tmp_path / "boot.sock"),
+        boot_tls_listen=f"127.0.0.1:{secure}",
+        boot_tls_cert_file=str(cert_file),
+        boot_tls_key_file=str(key_file),
+    )
+    trusted = ssl.create_default_context(cafile=str(ca_file))
+    async with stand_in_operator(tmp_path / "boot.sock") as upstream:
+        serving = asyncio.create_task(front.serve(settings))
+        try:
+            async with aiohttp.ClientSession() as client:
+
+                async def answered() -> str | None:
+                    with contextlib.suppress(aiohttp.ClientConnectionError):
+                        async with client.get(f"https://127.0.0.1:{secure}/ipxe", ssl=trusted) as answer:
+                            return await answer.text()
+                    return None
+
+                assert await eventually("the front's TLS listener", answered, 30) == "#!ipxe\necho /ipxe\n"
+                assert upstream.seen[-1]["headers"][front.REQUESTER_HEADER] == "127.0.0.1"
+                with pytest.raises(aiohttp.ClientConnectorCertificateError):
+                    await client.get(f"https://127.0.0.1:{secure}/ipxe", ssl=ssl.create_default_context())
+                async with client.get(f"http://127.0.0.1:{plain}/boot.ipxe") as answer:
+                    assert answer.status == 200
+            served = await asyncio.to_thread(ssl.get_server_certificate, ("127.0.0.1", secure))
+            assert ssl.PEM_cert_to_DER_cert(served) == ssl.PEM_cert_to_DER_cert(first.decode())
+            renewed = issue()
+            os.utime(cert_file, (1, 1))  # a new stamp, even within the file system's resolution
+
+            async def renewed_served() -> bool:
+                served = await asyncio.to_thread(ssl.get_server_certificate, ("127.0.0.1", secure))
+                return ssl.PEM_cert_to_DER_cert(served) == ssl.PEM_cert_to_DER_cert(renewed.decode())
+
+            await eventually("the renewed certificate to be served", renewed_served, 10)
+        finally:
+            serving.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await serving

@@ -1,6 +1,7 @@
 """Image deployment on the bare-metal lab, all real: a QEMU server behind the Redfish emulator network-boots
-capfleet's deploy ramdisk from the operator, which fetches the node image once from an HTTP server on
-loopback into its cache (the server has no route to it) and serves it; the ramdisk writes it to the disk
+capfleet's deploy ramdisk from the operator's boot front, which fetches the node image once from an HTTP
+server on loopback into its cache (the server has no route to it) and serves it, to the ramdisk over
+https:// with a certificate of the lab's own CA (given on its command line); the ramdisk writes it to the disk
 its root device hints name, with the NoCloud seed beside it, and calls back; the operator power-cycles
 the server onto its disk, where the node image's own cloud-init renders the meta-data and runs the
 user-data. Deleting the instance cleans the disk (metadata, the default with an image): it no longer
@@ -111,6 +112,8 @@ async def test_a_server_gets_the_node_image_boots_it_from_disk_and_is_wiped_on_d
     line = await eventually("cloud-init's first boot from the disk", booted_from_disk, within=600)
     first_boot = time.monotonic()
     assert line == f"{FIRST_BOOT} capfleet://metal/{namespace}/{server.name} metal-1"
+    # The ramdisk fetched its seed and image and called back over https://, trusting the lab's boot CA.
+    assert "the boot server's https:// URLs are checked against capfleet.ca" in server.serial_output()
     obj = await kube.get(INSTANCES, server.name, namespace)
     assert obj is not None
     assert status(obj)["phase"] == "Provisioned"

@@ -21,6 +21,8 @@ def test_every_variable_keeps_its_name() -> None:
     assert BaremetalSettings.variables() == {
         "boot_listen": "CAPFLEET_BOOT_LISTEN",
         "boot_socket": "CAPFLEET_BOOT_SOCKET",
+        "boot_tls_url": "CAPFLEET_BOOT_TLS_URL",
+        "boot_tls_ca_file": "CAPFLEET_BOOT_TLS_CA_FILE",
         "boot_url": "CAPFLEET_BOOT_URL",
         "files_dir": "CAPFLEET_BOOT_FILES_DIR",
         "deploy_ramdisk_dir": "CAPFLEET_DEPLOY_RAMDISK_DIR",
@@ -75,8 +77,22 @@ def test_a_listen_address_without_host_listens_everywhere() -> None:
         ("CAPFLEET_BOOT_LISTEN", "0.0.0.0"),
         ("CAPFLEET_BOOT_LISTEN", "0.0.0.0:99999"),
         ("CAPFLEET_BMC_SHUTDOWN_SECONDS", "soon"),
+        ("CAPFLEET_BOOT_TLS_URL", "http://boot.lab"),
+        ("CAPFLEET_BOOT_TLS_URL", "https://172.30.1.1:8443"),
     ],
 )
 def test_a_bad_value_names_its_variable(variable: str, value: str) -> None:
     with pytest.raises(ValueError, match=variable):
         BaremetalSettings.load({variable: value})
+
+
+def test_tls_for_the_ramdisk_needs_both_its_url_and_its_ca() -> None:
+    both = {
+        "CAPFLEET_BOOT_TLS_URL": "https://boot.lab:8443/",
+        "CAPFLEET_BOOT_TLS_CA_FILE": "/etc/boot/ca.crt",
+    }
+    assert BaremetalSettings.load(both).boot_tls_url == "https://boot.lab:8443"
+    assert BaremetalSettings.load({**both, "CAPFLEET_BOOT_TLS_URL": "https://172.30.1.1"}).boot_tls_url
+    for alone in both:
+        with pytest.raises(ValueError, match="go together"):
+            BaremetalSettings.load({alone: both[alone]})

@@ -24,10 +24,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
 from capfleet_e2e.kubebin import artifacts_dir
+from capfleet_e2e.pki import CertificateAuthority, write_private
 from capfleet_e2e.processes import Component, free_port, wait_for
 
 BRIDGE = "pxebr0"
@@ -37,6 +39,22 @@ START_TIMEOUT = 20.0
 
 def _listening(relay: Component) -> bool | None:
     return True if "relay: listening" in relay.log_path.read_text(errors="replace") else None
+
+
+@dataclass
+class BootFront:
+    """A boot front on the lab network: the socket it relays to, and its TLS base URL and CA, if any."""
+
+    socket: Path
+    tls_url: str | None = None
+    ca_file: Path | None = None
+
+    def operator_env(self) -> dict[str, str]:
+        """baremetal-provision's settings to answer behind this front."""
+        env = {"CAPFLEET_BOOT_SOCKET": str(self.socket)}
+        if self.tls_url and self.ca_file:
+            env |= {"CAPFLEET_BOOT_TLS_URL": self.tls_url, "CAPFLEET_BOOT_TLS_CA_FILE": str(self.ca_file)}
+        return env
 
 
 def _serving(front: Component) -> bool | None:
@@ -137,22 +155,38 @@ class PxeNetwork:
         self._host_relay = relay
         wait_for("the host HTTP relay", lambda: _listening(relay), START_TIMEOUT, [relay])
 
-    def serve_boot_front(self) -> Path:
+    def serve_boot_front(self, tls: bool = False) -> BootFront:
         """Serve the guests' HTTP with a boot front (`baremetal_provision.front`) from now on, in place of
         the relay: on the provisioning network itself, as in production, so it sees each guest's address.
-        Returns the UNIX socket it relays to (the operator's `CAPFLEET_BOOT_SOCKET`; files cross the
+        With `tls`, it also serves https:// on port 443 with a certificate for the bridge's address from a
+        CA made for this network. Returns what the operator needs to sit behind it (files cross the
         namespace, packets do not)."""
         self._stop_host_relay()
         self._stop_ns_relay()
         self._fronts += 1
-        upstream = self.root / f"boot-{self._fronts}.sock"
-        listen = f"{self.address}:{self.http_port}"
-        env = {"CAPFLEET_BOOT_LISTEN": listen, "CAPFLEET_BOOT_UPSTREAM": str(upstream)}
+        front = BootFront(self.root / f"boot-{self._fronts}.sock")
+        env = {
+            "CAPFLEET_BOOT_LISTEN": f"{self.address}:{self.http_port}",
+            "CAPFLEET_BOOT_UPSTREAM": str(front.socket),
+        }
+        if tls:
+            ca = CertificateAuthority.generate(f"{self.name}-boot-ca")
+            cert, key = ca.issue_serving("boot", ips=[str(self.address)])
+            front.ca_file = self.root / "boot-ca.crt"
+            front.ca_file.write_bytes(ca.cert_pem)
+            (self.root / "boot-tls.crt").write_bytes(cert)
+            write_private(self.root / "boot-tls.key", key)
+            front.tls_url = f"https://{self.address}"
+            env |= {
+                "CAPFLEET_BOOT_TLS_LISTEN": f"{self.address}:443",
+                "CAPFLEET_BOOT_TLS_CERT_FILE": str(self.root / "boot-tls.crt"),
+                "CAPFLEET_BOOT_TLS_KEY_FILE": str(self.root / "boot-tls.key"),
+            }
         argv = self.exec_argv([sys.executable, "-m", "baremetal_provision.front"])
-        front = Component(f"boot-front-{self._fronts}", argv, self.log_dir, env, inherit_env=False)
-        self._front = front
-        wait_for("the boot front", lambda: _serving(front), 3 * START_TIMEOUT, [front])
-        return upstream
+        process = Component(f"boot-front-{self._fronts}", argv, self.log_dir, env, inherit_env=False)
+        self._front = process
+        wait_for("the boot front", lambda: _serving(process), 3 * START_TIMEOUT, [process])
+        return front
 
     def expose(self, host: str, port: int) -> int:
         """A 127.0.0.1 port relayed to `host`:`port` inside the namespace (the same one for repeated calls).

@@ -6,6 +6,8 @@
 #             ds=nocloud-net;s=<seed url>/ (user-data, meta-data, optional network-config)
 #   cleaning: capfleet.cleaning=metadata
 #   both:     capfleet.callback=<url>  gets a POST with ?mac=&uuid=&result=deployed|cleaned|failed[&reason=]
+#             capfleet.bootif=<mac>  the NIC to bring up first (the one that network-booted)
+#             capfleet.ca=<base64 DER>  the only CA for the boot server's https:// URLs (the callback's origin)
 #             capfleet.stay  stay up when done instead of powering off
 # The seed holds secrets (kubeadm tokens in user-data): its contents and URL never reach the console.
 /bin/busybox --install -s
@@ -108,8 +110,7 @@ SCRIPT
   chmod +x /tmp/udhcpc.sh
   i=0
   while [ "$i" -lt 20 ]; do
-    for nic in $(ls /sys/class/net); do
-      [ "$nic" = lo ] && continue
+    for nic in $(nics); do
       ip link set "$nic" up
       if udhcpc -q -n -t 5 -T 1 -i "$nic" -s /tmp/udhcpc.sh >/dev/null 2>&1; then
         mac=$(cat "/sys/class/net/$nic/address")
@@ -292,6 +293,8 @@ took modules "$t"
 t=$(now)
 dhcp || { callback=; fail NetworkFailed "no NIC got a DHCP lease"; }
 took network "$t"
+trust_boot_ca "$callback" || { callback=; fail InvalidArguments "capfleet.ca is not a base64 DER certificate"; }
+[ -z "$boot_origin" ] || say "the boot server's https:// URLs are checked against capfleet.ca"
 case "$mode" in
   deploy) deploy ;;
   cleaning) clean ;;

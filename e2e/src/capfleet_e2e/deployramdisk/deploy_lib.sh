@@ -1,9 +1,10 @@
 # Functions of capfleet's deploy ramdisk (sourced by deploy_init.sh, its /init, and by the unit tests,
 # which run them with the host's busybox against a made-up sysfs). Nothing here writes to a disk.
-# SYS (default /sys) is where the block devices are described; CMDLINE holds the kernel command line.
+# SYS (default /sys) is where the block devices and NICs are described; CMDLINE holds the kernel command line.
 # The caller runs with globbing off (set -f): kernel arguments and URLs hold `?` and `*`.
 
 SYS=${SYS:-/sys}
+CA_DIR=${CA_DIR:-/tmp}  # where the boot server's CA is written
 SEED_SECTORS=32768  # the NoCloud seed partition: 16 MiB
 ALIGN=2048          # partitions start on 1 MiB boundaries
 DEFAULT_HINTS=min_size_gib:4
@@ -27,6 +28,45 @@ seed_url() {
 }
 
 trim() { sed -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//'; }
+
+# The NICs to try for DHCP, lo left out: the one whose MAC is capfleet.bootif (the one that network-booted,
+# whose lease the boot server bound this attempt to) first, then the others by name.
+nics() {
+  bootif=$(karg capfleet.bootif | tr 'A-F' 'a-f')
+  for nic in $(ls "$SYS/class/net" 2>/dev/null); do
+    [ "$nic" = lo ] && continue
+    if [ -n "$bootif" ] && [ "$(cat "$SYS/class/net/$nic/address" 2>/dev/null)" = "$bootif" ]; then
+      echo "0 $nic"
+    else
+      echo "1 $nic"
+    fi
+  done | sort | cut -d' ' -f2
+}
+
+# capfleet.ca (base64 DER): the only CA trusted for the boot server's https:// URLs, whose origin is that
+# of URL $1. Sets boot_origin (empty without a CA, or when $1 is not https://); 1 when the CA does not
+# decode. Any other https:// URL is checked against Debian's CAs as before.
+trust_boot_ca() {
+  boot_origin=
+  ca=$(karg capfleet.ca) || return 0
+  echo "$ca" | base64 -d >"$CA_DIR/boot-ca.der" 2>/dev/null || return 1
+  openssl x509 -inform DER -in "$CA_DIR/boot-ca.der" -out "$CA_DIR/boot-ca.pem" 2>/dev/null || return 1
+  case "$1" in https://*) boot_origin=$(echo "$1" | sed -E 's|^(https://[^/?]+).*|\1|') ;; esac
+}
+
+# busybox wget; for the boot server's https:// URLs (see trust_boot_ca), against its CA alone.
+wget() {
+  if [ -n "$boot_origin" ]; then
+    for a in "$@"; do
+      case "$a" in "$boot_origin"/* | "$boot_origin")
+        SSL_CERT_FILE=$CA_DIR/boot-ca.pem busybox wget "$@"
+        return
+        ;;
+      esac
+    done
+  fi
+  busybox wget "$@"
+}
 
 # Whole disks that may be deployed to or cleaned, sorted by name: not removable, not read-only, not empty,
 # not a loop, RAM, optical, floppy, device-mapper, RAID or network block device.

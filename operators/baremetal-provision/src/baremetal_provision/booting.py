@@ -6,13 +6,16 @@ deploy ramdisk told which image to write where (`ramdisk_args`), or the instance
 the seed and callback URLs (behind the instance's token) on its command line. When the operator caches
 images, the ramdisk fetches the image (and a checksum given as a URL) from the operator, by token.
 The seed's meta-data and network-config are rendered by `capfleet.cloudinit`, by the same rules as a
-VM's, so one HybridMachine network gives the same guest wherever the machine lands.
+VM's, so one HybridMachine network gives the same guest wherever the machine lands. With `BootTLS`, the
+deploy ramdisk reaches the seed, image and callbacks over https:// and trusts only the CA it is given;
+iPXE's own script, kernel and initrd stay on plain HTTP (stock iPXE trusts only the CAs built into it).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import yaml
 
@@ -27,6 +30,14 @@ def normalize_mac(value: str) -> str | None:
     """`52-54-00-AA-BB-CC` (iPXE's hexhyp) or colon form → `52:54:00:aa:bb:cc`; None when not a MAC."""
     lowered = value.strip().lower()
     return lowered.replace("-", ":") if MAC.match(lowered) else None
+
+
+@dataclass(frozen=True)
+class BootTLS:
+    """The boot front's https:// base URL, and its CA as the value of `capfleet.ca=`."""
+
+    url: str
+    ca: str
 
 
 def base_url(url: str) -> str:
@@ -53,7 +64,8 @@ def kernel_args(boot_url: str, token: str, extra: Sequence[str]) -> list[str]:
 
 
 def _script(os_profile: OSProfile, args: Sequence[str]) -> str:
-    return f"#!ipxe\nkernel {os_profile.kernel_url} {' '.join(args)}\ninitrd {os_profile.initrd_url}\nboot\n"
+    line = ramdisk_args.command_line(args)
+    return f"#!ipxe\nkernel {os_profile.kernel_url} {line}\ninitrd {os_profile.initrd_url}\nboot\n"
 
 
 def install_script(os_profile: OSProfile, boot_url: str, token: str) -> str:
@@ -77,17 +89,25 @@ def image_source(image: Image, base: str, token: str, cached: bool) -> ramdisk_a
 
 
 def deploy_script(
-    spec: BaremetalInstanceSpec, ramdisk: OSProfile, boot_url: str, token: str, *, cached: bool
+    spec: BaremetalInstanceSpec,
+    ramdisk: OSProfile,
+    boot_url: str,
+    token: str,
+    *,
+    cached: bool,
+    tls: BootTLS | None = None,
 ) -> str:
     """The per-MAC script that has the deploy ramdisk write `spec.image` and the seed, then call back."""
     assert spec.image is not None
-    base = base_url(boot_url)
+    base = base_url(tls.url if tls is not None else boot_url)
     hints = spec.root_device_hints.to_wire() if spec.root_device_hints is not None else None
     args = ramdisk_args.deploy_args(
         image_source(spec.image, base, token, cached),
         seed_url(base, token),
         f"{base}/callback/{token}",
         hints,
+        boot_mac=spec.boot_mac_address,
+        ca=tls.ca if tls is not None else None,
     )
     return _script(ramdisk, [*ramdisk.kernel_args, *args])
 
@@ -98,11 +118,16 @@ def cleaning_profile(spec: BaremetalInstanceSpec, ramdisk: OSProfile) -> OSProfi
     return spec.cleaning_os or spec.os or ramdisk
 
 
-def cleaning_script(os_profile: OSProfile, boot_url: str, token: str) -> str:
+def cleaning_script(
+    os_profile: OSProfile, boot_url: str, token: str, boot_mac: str, tls: BootTLS | None = None
+) -> str:
     """The per-MAC script while a deleted instance is cleaned: the cleaning profile, which wipes the disk
-    metadata and calls back to the cleaning callback; no seed."""
-    callback = f"{base_url(boot_url)}/cleaned/{token}"
-    return _script(os_profile, [*os_profile.kernel_args, *ramdisk_args.cleaning_args(callback)])
+    metadata and calls back to the cleaning callback (over `tls` when given: the deploy ramdisk's); no
+    seed."""
+    callback = f"{base_url(tls.url if tls is not None else boot_url)}/cleaned/{token}"
+    ca = tls.ca if tls is not None else None
+    args = ramdisk_args.cleaning_args(callback, boot_mac=boot_mac, ca=ca)
+    return _script(os_profile, [*os_profile.kernel_args, *args])
 
 
 def provider_id(namespace: str, name: str, spec: BaremetalInstanceSpec) -> str:

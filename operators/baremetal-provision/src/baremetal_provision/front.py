@@ -9,7 +9,10 @@ without reaching the operator), only GET, HEAD and POST, bounds request bodies, 
 header with the peer's address, and streams answers (images are GiBs) without decoding them.
 
 `python -m baremetal_provision.front`, with `CAPFLEET_BOOT_LISTEN` (host:port, as the operator's) and
-`CAPFLEET_BOOT_UPSTREAM` (the operator's `CAPFLEET_BOOT_SOCKET`).
+`CAPFLEET_BOOT_UPSTREAM` (the operator's `CAPFLEET_BOOT_SOCKET`); with `CAPFLEET_BOOT_TLS_LISTEN`,
+`CAPFLEET_BOOT_TLS_CERT_FILE` and `CAPFLEET_BOOT_TLS_KEY_FILE` it serves the same routes over TLS too (the
+deploy ramdisk's way in, see the operator's `CAPFLEET_BOOT_TLS_URL`), re-reading the files when they change
+(cert-manager renews them in place).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import asyncio
 import logging
 import os
 import signal
+import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -48,6 +52,7 @@ RESPONSE_HEADERS = (
     "ETag",
 )
 CHUNK = 1 << 20
+CERTIFICATE_CHECK_SECONDS = 30.0
 UPSTREAM = web.AppKey("upstream", aiohttp.ClientSession)
 
 
@@ -56,6 +61,45 @@ class FrontSettings(reconciling.Settings):
     boot_listen: str = listen_setting()
     boot_upstream: str = setting("")
     """The operator's UNIX socket (its `CAPFLEET_BOOT_SOCKET`)."""
+    boot_tls_listen: str | None = None
+    boot_tls_cert_file: str | None = None
+    boot_tls_key_file: str | None = None
+
+    def __post_init__(self) -> None:
+        tls = (self.boot_tls_listen, self.boot_tls_cert_file, self.boot_tls_key_file)
+        if any(tls) and not all(tls):
+            raise ValueError("CAPFLEET_BOOT_TLS_LISTEN, _CERT_FILE and _KEY_FILE go together")
+        if self.boot_tls_listen:
+            split_listen(self.boot_tls_listen)
+
+
+class Certificate:
+    """The front's TLS context, loaded again when its certificate or key file changes."""
+
+    def __init__(self, cert_file: str, key_file: str) -> None:
+        self.files = (cert_file, key_file)
+        self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
+        self.loaded: tuple[float, float] | None = None
+        self.reload()
+
+    def reload(self) -> bool:
+        """Load the files if they changed since the last load; whether they did."""
+        stamps = (os.stat(self.files[0]).st_mtime, os.stat(self.files[1]).st_mtime)
+        if stamps == self.loaded:
+            return False
+        self.context.load_cert_chain(*self.files)
+        self.loaded = stamps
+        return True
+
+    async def watch(self) -> None:
+        while True:
+            await asyncio.sleep(CERTIFICATE_CHECK_SECONDS)
+            try:
+                if await asyncio.to_thread(self.reload):
+                    log.info("loaded the renewed TLS certificate %s", self.files[0])
+            except (OSError, ssl.SSLError) as exc:
+                log.warning("keeping the TLS certificate in use: %s", exc)
 
 
 def routed(path: str) -> bool:
@@ -115,15 +159,24 @@ async def serve(settings: FrontSettings) -> None:
     """Relay until SIGTERM or SIGINT; says so once it listens."""
     runner = web.AppRunner(application(settings.boot_upstream), access_log=None)
     await runner.setup()
+    watching: asyncio.Task[None] | None = None
+    if settings.boot_tls_listen and settings.boot_tls_cert_file and settings.boot_tls_key_file:
+        certificate = Certificate(settings.boot_tls_cert_file, settings.boot_tls_key_file)
+        host, port = split_listen(settings.boot_tls_listen)
+        await web.TCPSite(runner, host, port, ssl_context=certificate.context).start()
+        watching = asyncio.create_task(certificate.watch())
     host, port = split_listen(settings.boot_listen)
     await web.TCPSite(runner, host, port).start()
-    log.info("relaying the boot routes on %s:%d to %s", host, port, settings.boot_upstream)
+    tls = f" and {settings.boot_tls_listen} (TLS)" if settings.boot_tls_listen else ""
+    log.info("relaying the boot routes on %s:%d%s to %s", host, port, tls, settings.boot_upstream)
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(signum, stop.set)
     try:
         await stop.wait()
     finally:
+        if watching is not None:
+            watching.cancel()
         await runner.cleanup()
 
 

@@ -2,13 +2,16 @@
 
 deploy_init.sh reads these arguments; keeping their spelling in one place lets the tests boot exactly what
 the operator will put in its iPXE scripts. Root device hints use Metal3's names (`rootDeviceHints`:
-deviceName, serialNumber, wwn, minSizeGigabytes); all given hints must match one disk.
+deviceName, serialNumber, wwn, minSizeGigabytes); all given hints must match one disk. `capfleet.bootif`
+names the NIC that network-booted (its DHCP lease is the address the attempt is bound to), and
+`capfleet.ca` the CA (one certificate, base64 DER) the ramdisk alone trusts for the boot server's https://
+URLs. A command line longer than the kernel keeps would be cut without a word: it is refused instead.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 # `quiet loglevel=3` also keeps the kernel from printing its command line (it holds the seed's URL).
@@ -16,6 +19,10 @@ BASE_ARGS = ("console=ttyS0", "quiet", "loglevel=3", "panic=-1")
 HINT_KEYS = {"deviceName": "name", "serialNumber": "serial", "wwn": "wwn", "minSizeGigabytes": "min_size_gib"}
 SHA256 = re.compile(r"^[0-9a-fA-F]{64}$")
 FORMATS = ("raw", "qcow2")
+MAX_COMMAND_LINE = 2047  # x86's COMMAND_LINE_SIZE (2048) with its NUL
+PEM_CERTIFICATE = re.compile(
+    r"-----BEGIN CERTIFICATE-----\s*([A-Za-z0-9+/=\s]+?)\s*-----END CERTIFICATE-----"
+)
 
 
 @dataclass(frozen=True)
@@ -48,8 +55,36 @@ def _plain(name: str, value: str) -> str:
     return value
 
 
+def ca_arg(pem: str) -> str:
+    """The value of `capfleet.ca=` for a PEM file holding exactly one certificate: its DER, base64."""
+    found = PEM_CERTIFICATE.findall(pem)
+    if len(found) != 1:
+        raise ValueError(f"the boot server's CA must be one PEM certificate, not {len(found)}")
+    return "".join(found[0].split())
+
+
+def connection_args(boot_mac: str | None = None, ca: str | None = None) -> list[str]:
+    """How the ramdisk reaches the boot server: the NIC to bring up first, and the CA to trust."""
+    args = [f"capfleet.bootif={_plain('boot MAC', boot_mac)}"] if boot_mac else []
+    return [*args, f"capfleet.ca={_plain('ca', ca)}"] if ca else args
+
+
+def command_line(args: Sequence[str]) -> str:
+    """`args` as the kernel's command line; ValueError when the kernel would cut it."""
+    line = " ".join(args)
+    if len(line) > MAX_COMMAND_LINE:
+        raise ValueError(f"a kernel command line of {len(line)} characters, over {MAX_COMMAND_LINE}")
+    return line
+
+
 def deploy_args(
-    image: ImageSource, seed_url: str, callback: str, hints: Mapping[str, str | int] | None = None
+    image: ImageSource,
+    seed_url: str,
+    callback: str,
+    hints: Mapping[str, str | int] | None = None,
+    *,
+    boot_mac: str | None = None,
+    ca: str | None = None,
 ) -> list[str]:
     """The arguments (after BASE_ARGS) that make the ramdisk write `image` and the seed, then call back."""
     if image.format not in FORMATS:
@@ -68,13 +103,14 @@ def deploy_args(
     ]
     if hints:
         args.append(f"capfleet.hints={hints_arg(hints)}")
-    return args
+    return [*args, *connection_args(boot_mac, ca)]
 
 
-def cleaning_args(callback: str) -> list[str]:
+def cleaning_args(callback: str, *, boot_mac: str | None = None, ca: str | None = None) -> list[str]:
     """The arguments that make the ramdisk wipe every disk's metadata, then call back."""
     return [
         "capfleet.mode=cleaning",
         "capfleet.cleaning=metadata",
         f"capfleet.callback={_plain('callback', callback)}",
+        *connection_args(boot_mac, ca),
     ]

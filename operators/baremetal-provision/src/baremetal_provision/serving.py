@@ -29,7 +29,7 @@ from typing import Any
 import kopf
 from aiohttp import web
 
-from baremetal_provision import booting, markers, reports
+from baremetal_provision import booting, markers, ramdisk_args, reports
 from baremetal_provision.contexts import INSTANCES
 from baremetal_provision.front import REQUESTER_HEADER
 from baremetal_provision.imagecache import ImageCache
@@ -127,6 +127,15 @@ class Lookup:
     def ramdisk(self, base: str) -> OSProfile:
         return booting.ramdisk_profile(*self.settings.deploy_ramdisk(base))
 
+    def tls(self) -> booting.BootTLS | None:
+        """The boot front's TLS base and CA for the deploy ramdisk, when configured (the CA file is read
+        each time: a renewed certificate may come with a new CA)."""
+        url, ca_file = self.settings.boot_tls_url, self.settings.boot_tls_ca_file
+        if not url or not ca_file:
+            return None
+        with open(ca_file) as pem:
+            return booting.BootTLS(url, ramdisk_args.ca_arg(pem.read()))
+
     @property
     def recorder(self) -> events.Recorder:
         return reconciling.from_memo(self.memo, reconciling.EVENTS_KEY, events.Recorder)
@@ -203,10 +212,22 @@ async def ipxe(request: web.Request) -> web.Response:
     if served is None:
         return text(booting.exit_script("no instance for this MAC"), 404)
     base = lookup.base(request, served)
+    try:
+        return await script_for(lookup, served, base, request)
+    except (OSError, ValueError) as exc:
+        log.warning("cannot write the boot script of %s/%s: %s", served.namespace, served.name, exc)
+        return text(booting.exit_script("the boot server cannot write this server's script"), 500)
+
+
+async def script_for(lookup: Lookup, served: Served, base: str, request: web.Request) -> web.Response:
+    """The per-MAC script of an instance found by its MAC, as its state says."""
+    mac = served.spec.boot_mac_address
     if served.cleaning:
         log.info("serving the cleaning script of %s/%s to %s", served.namespace, served.name, mac)
-        profile = booting.cleaning_profile(served.spec, lookup.ramdisk(base))
-        return text(booting.cleaning_script(profile, base, served.token))
+        ramdisk = lookup.ramdisk(base)
+        profile = booting.cleaning_profile(served.spec, ramdisk)
+        tls = lookup.tls() if profile is ramdisk else None
+        return text(booting.cleaning_script(profile, base, served.token, mac, tls))
     if served.called_back:
         return text(booting.exit_script("provisioned; booting from disk"))
     if served.exhausted or served.failure_reported:
@@ -220,7 +241,12 @@ async def ipxe(request: web.Request) -> web.Response:
         return text(booting.install_script(served.spec.os, base, served.token))
     log.info("serving the deploy script of %s/%s to %s", served.namespace, served.name, mac)
     script = booting.deploy_script(
-        served.spec, lookup.ramdisk(base), base, served.token, cached=lookup.images is not None
+        served.spec,
+        lookup.ramdisk(base),
+        base,
+        served.token,
+        cached=lookup.images is not None,
+        tls=lookup.tls(),
     )
     return text(script)
 

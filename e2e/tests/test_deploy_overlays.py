@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from baremetal_provision.front import FrontSettings  # type: ignore[import-untyped]
+from baremetal_provision.settings import BaremetalSettings  # type: ignore[import-untyped]
 from capfleet.runtime import VERSION
 from capfleet_e2e.kubebin import repo_root
 from capfleet_e2e.kustomize import build, copy_deploy_tree, documents
@@ -210,6 +212,44 @@ def test_components_add_netbox_secret_verbose_logging_and_service_monitors(tmp_p
         endpoint = monitor["spec"]["endpoints"][0]
         assert (endpoint["port"], endpoint["scheme"]) == ("metrics", "https")
         assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+
+def test_boot_tls_gives_the_front_its_certificate_and_the_manager_only_the_ca(tmp_path: Path) -> None:
+    overlay = copy_deploy_tree(tmp_path) / "deploy" / "overlays" / "with-boot-tls"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        "resources: [../baremetal-provision]\ncomponents: [../../components/boot-tls]\n"
+    )
+    objects = documents(build(overlay))
+    pod = only(objects, "Deployment")["spec"]["template"]["spec"]
+    manager, front = pod["containers"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+
+    def mounted(container: dict[str, Any]) -> dict[str, list[str]]:
+        """Secret name → the keys a container sees of it."""
+        found = {}
+        for mount in container["volumeMounts"]:
+            secret = volumes[mount["name"]].get("secret")
+            if secret:
+                found[secret["secretName"]] = [item["key"] for item in secret["items"]]
+        return found
+
+    certificates = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Certificate"}
+    leaf = certificates["capfleet-baremetal-provision-boot-tls"]["spec"]
+    assert mounted(manager) == {leaf["secretName"]: ["ca.crt"]}
+    assert mounted(front) == {leaf["secretName"]: ["tls.crt", "tls.key"]}
+    settings = BaremetalSettings.load({e["name"]: e.get("value", "") for e in manager["env"]})
+    front_settings = FrontSettings.load({e["name"]: e.get("value", "") for e in front["env"]})
+    assert settings.boot_socket == front_settings.boot_upstream
+    assert (settings.boot_tls_url or "").startswith("https://")
+    assert front_settings.boot_tls_listen == "0.0.0.0:8443"
+    assert {p["name"] for p in front["ports"]} == {"boot", "boot-tls"}
+    [boot] = [o for o in objects if o["kind"] == "Service" and o["metadata"]["name"].endswith("-boot")]
+    assert {"name": "boot-tls", "port": 443, "targetPort": "boot-tls"} in boot["spec"]["ports"]
+    issuers = {o["metadata"]["name"]: o["spec"] for o in objects if o["kind"] == "Issuer"}
+    ca_issuer = issuers[leaf["issuerRef"]["name"]]["ca"]["secretName"]
+    ca = [c["spec"] for c in certificates.values() if c["spec"]["secretName"] == ca_issuer]
+    assert [c["isCA"] for c in ca] == [True]
 
 
 def test_clusterctl_metadata_declares_the_v1beta2_contract_for_this_release() -> None:

@@ -21,6 +21,7 @@ from baremetal_provision.ramdisk_args import (  # type: ignore[import-untyped]
     deploy_args,
     hints_arg,
 )
+from baremetal_provision.reports import signature  # type: ignore[import-untyped]
 from capfleet_e2e.deployramdisk import build
 from capfleet_e2e.deployramdisk.build import recipe_digest
 from capfleet_e2e.pki import CertificateAuthority
@@ -204,6 +205,16 @@ def test_only_the_boot_servers_https_urls_are_checked_against_its_ca(tmp_path: P
         ).returncode
         == 1
     )
+
+
+@pytest.mark.parametrize(("result", "reason"), [("deployed", ""), ("failed", "BadChecksum")])
+def test_the_callback_is_signed_as_the_operator_checks_it(tmp_path: Path, result: str, reason: str) -> None:
+    key, report = tmp_path / "callback.key", tmp_path / "report"
+    key.write_text("9f" * 32)
+    report.write_bytes(b"deployed http://h/i.raw\nresult: deployed\nseconds_total: 41.5\n")
+    signed = out(f"sign {key} {result} '{reason}' {report}")
+    assert signed == signature("9f" * 32, result, reason, report.read_bytes())
+    assert signed != signature("9f" * 32, result, reason, report.read_bytes() + b"x")
 
 
 def test_candidate_disks_leave_out_removable_read_only_and_virtual_devices(sysfs: Path) -> None:

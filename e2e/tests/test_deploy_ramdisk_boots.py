@@ -4,7 +4,8 @@ The built ramdisk boots in QEMU (TCG, direct kernel boot) with sparse disk files
 QEMU's user mode with `restrict=on`, where 10.0.2.100:80 is forwarded (guestfwd, through busybox nc) to an
 HTTP server on 127.0.0.1 that serves a 64 MiB image made here (MBR or GPT, one ext4 partition from
 mkfs.ext4 -d), its checksum and a seed, and records the callbacks. The disks are then read from the host.
-One boot per case; each prints its timings to the artifacts.
+One boot per case; each prints its timings to the artifacts, and each callback must be signed with the
+callback key the ramdisk fetched once (`capfleet.key`).
 """
 
 from __future__ import annotations
@@ -30,10 +31,12 @@ import pytest
 
 from baremetal_provision.ramdisk_args import (  # type: ignore[import-untyped]
     BASE_ARGS,
+    Connection,
     ImageSource,
     cleaning_args,
     deploy_args,
 )
+from baremetal_provision.reports import signed  # type: ignore[import-untyped]
 from capfleet_e2e.deployramdisk.build import DeployRamdisk, ensure_deploy_ramdisk
 from capfleet_e2e.kubebin import artifacts_dir
 from capfleet_e2e.nodeimage.disk import Partition, mbr
@@ -44,6 +47,7 @@ IMAGE_BYTES = 64 * MIB
 SEED_SECTORS = 32768
 SERVER = "http://10.0.2.100"
 SECRET = "s3cr3t-bootstrap-token"
+CALLBACK_KEY = "c0ffee" * 10
 USER_DATA = f"#cloud-config\nruncmd:\n  - kubeadm join --token abcdef.{SECRET}\n".encode()
 META_DATA = b"instance-id: bm-1\nlocal-hostname: bm-1\n"
 NETWORK_CONFIG = b"version: 2\nethernets:\n  eth0:\n    dhcp4: true\n"
@@ -60,6 +64,7 @@ class Callback:
     query: dict[str, str]
     body: str
     at: float
+    raw: bytes = b""
 
     def facts(self) -> dict[str, str]:
         """The report's `key: value` lines."""
@@ -88,10 +93,12 @@ def _handler(site: Site) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(data)
 
         def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode(errors="replace")
+            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             url = urllib.parse.urlsplit(self.path)
             query = dict(urllib.parse.parse_qsl(url.query))
-            site.callbacks.append(Callback(url.path, query, body, time.monotonic()))
+            site.callbacks.append(
+                Callback(url.path, query, raw.decode(errors="replace"), time.monotonic(), raw)
+            )
             self.send_response(204)
             self.end_headers()
 
@@ -103,7 +110,7 @@ def _handler(site: Site) -> type[BaseHTTPRequestHandler]:
 
 @pytest.fixture(scope="module")
 def site() -> Iterator[Site]:
-    served = Site()
+    served = Site(files={f"/key/{SECRET}": CALLBACK_KEY.encode()})
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(served))
     served.port = server.server_address[1]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -247,6 +254,8 @@ def boot(
     )
     assert len(calls) == 1, f"{len(calls)} callbacks; console:\n{console[-4000:]}"
     assert SECRET not in console, "the console shows the seed or its URL"
+    assert CALLBACK_KEY not in console, "the console shows the callback key"
+    assert signed(calls[0].query, calls[0].raw, CALLBACK_KEY), f"unsigned callback {calls[0].query}"
     assert "/seed/" not in console, "the console shows the seed's URL"
     result = Boot(calls[0], console, calls[0].at - started)
     (workdir / "report.txt").write_text(
@@ -267,8 +276,11 @@ def serve(site: Site, images: Images) -> None:
     })  # fmt: skip
 
 
+KEYED = Connection(key_url=f"{SERVER}/key/{SECRET}")
+
+
 def args_for(image: ImageSource, hints: dict[str, str | int] | None = None) -> list[str]:
-    return list(deploy_args(image, f"{SERVER}/seed/{SECRET}/", f"{SERVER}/callback/{SECRET}", hints))
+    return list(deploy_args(image, f"{SERVER}/seed/{SECRET}/", f"{SERVER}/callback/{SECRET}", hints, KEYED))
 
 
 def partitions(disk: Path) -> list[dict[str, object]]:
@@ -506,7 +518,7 @@ def test_cleaning_wipes_partition_tables_at_both_ends_of_every_disk(
     assert partitions(gpt_disk.path)
     assert partitions(mbr_disk.path)
     result = boot(
-        ramdisk, site, "cleaning", cleaning_args(f"{SERVER}/cleaned/{SECRET}"), [mbr_disk, gpt_disk]
+        ramdisk, site, "cleaning", cleaning_args(f"{SERVER}/cleaned/{SECRET}", KEYED), [mbr_disk, gpt_disk]
     )
     assert result.callback.query["result"] == "cleaned", result.callback.body
     assert result.callback.path == f"/cleaned/{SECRET}"

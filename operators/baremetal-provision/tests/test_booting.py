@@ -125,7 +125,7 @@ def test_each_attempt_has_its_own_token() -> None:
 
 
 def test_cleaning_script_calls_back_to_the_cleaning_url_and_has_no_seed() -> None:
-    script = booting.cleaning_script(OS, "http://b:1", "tok", "52:54:00:aa:bb:01")
+    script = booting.cleaning_script(spec(), RAMDISK, "http://b:1", "tok")
     assert script.splitlines() == [
         "#!ipxe",
         "kernel http://h/k console=ttyS0 capfleet.mode=cleaning capfleet.cleaning=metadata"
@@ -134,9 +134,11 @@ def test_cleaning_script_calls_back_to_the_cleaning_url_and_has_no_seed() -> Non
         "boot",
     ]
     tls = booting.BootTLS("https://boot.lab", "MIIB")
-    over_tls = booting.cleaning_script(RAMDISK, "http://b:1", "tok", "52:54:00:aa:bb:01", tls).split()
-    assert "capfleet.callback=https://boot.lab/cleaned/tok" in over_tls
-    assert "capfleet.ca=MIIB" in over_tls
+    by_ramdisk = booting.cleaning_script(image_spec(), RAMDISK, "http://b:1", "tok", tls).split()
+    assert by_ramdisk[1:3] == ["kernel", "http://b:1/deploy/vmlinuz"]
+    assert "capfleet.callback=https://boot.lab/cleaned/tok" in by_ramdisk
+    assert "capfleet.ca=MIIB" in by_ramdisk
+    assert "capfleet.key=https://boot.lab/key/tok" in by_ramdisk, "the ramdisk signs its report"
 
 
 CA_PEM = CertificateAuthority.generate("boot-ca").cert_pem.decode()
@@ -180,6 +182,7 @@ def test_the_deploy_script_boots_the_ramdisk_with_the_image_hints_seed_and_callb
         "capfleet.callback=http://b:1/callback/tok",
         "capfleet.hints=serial:S1,min_size_gib:20",
         "capfleet.bootif=52:54:00:aa:bb:01",
+        "capfleet.key=http://b:1/key/tok",
     ]
 
 

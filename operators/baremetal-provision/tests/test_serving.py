@@ -20,7 +20,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from baremetal_helpers import b64
 
-from baremetal_provision import front, imagecache, markers, serving
+from baremetal_provision import front, imagecache, markers, reports, serving
 from baremetal_provision.contexts import INSTANCES
 from baremetal_provision.settings import BaremetalSettings
 from capfleet import cloudinit, events, reconciling, resources
@@ -331,6 +331,54 @@ async def test_an_image_instance_gets_the_deploy_ramdisk_until_it_reported(tmp_p
         async with serving_of(image_instance(image, marks)) as (client, _, _):
             script = await (await client.get("/ipxe", params={"mac": "52:54:00:aa:bb:01"})).text()
             assert script.splitlines()[-1] == "exit", f"no network boot after {marks}"
+
+
+async def test_the_ramdisk_signs_its_callback_with_a_key_served_once() -> None:
+    """The per-attempt key goes to the first fetch only (a second is refused with a Warning Event); an
+    image instance's callback without its signature, or with a wrong one, is refused and changes nothing;
+    a custom installer's (which has no key) is taken as before."""
+    image = {"url": "https://images.example/node.raw", "checksum": DIGEST}
+    async with serving_of(image_instance(image)) as (client, kube, token):
+        script = await (await client.get("/ipxe", params={"mac": "52:54:00:aa:bb:01"})).text()
+        assert f"capfleet.key=http://boot:8081/key/{token}" in script.split()
+        first = await client.get(f"/key/{token}")
+        key = await first.text()
+        assert (first.status, len(key)) == (200, 64)
+        assert key not in script, "the key is in no script or URL"
+        assert (await client.get(f"/key/{token}")).status == 403
+        [event] = kube.events
+        assert (event["type"], event["reason"]) == ("Warning", "CallbackKeyRefetchRefused")
+        assert key not in event["message"]
+        body = b"deployed\nseconds_total: 40\n"
+        query = {"result": "deployed"}
+        assert (await client.post(f"/callback/{token}", params=query, data=body)).status == 403
+        forged = {**query, "sig": reports.signature("00" * 32, "deployed", "", body)}
+        assert (await client.post(f"/callback/{token}", params=forged, data=body)).status == 403
+        tampered = {**query, "sig": reports.signature(key, "deployed", "", body)}
+        assert (await client.post(f"/callback/{token}", params=tampered, data=body + b"x")).status == 403
+        assert markers.CALLED_BACK not in kube.annotations
+        assert (await client.post(f"/callback/{token}", params=tampered, data=body)).status == 204
+        assert markers.CALLED_BACK in kube.annotations
+    async with serving_of(instance()) as (client, kube, token):
+        assert (await client.get(f"/key/{token}")).status == 404, "a custom installer gets no key"
+
+
+async def test_the_cleaner_signs_its_callback_with_a_key_of_its_own() -> None:
+    image = {"url": "https://images.example/node.raw", "checksum": DIGEST}
+    body = image_instance(image, {markers.CALLED_BACK: "2026-01-01T00:00:00Z"})
+    body["metadata"]["deletionTimestamp"] = "2026-01-02T00:00:00Z"
+    async with serving_of(body) as (client, kube, token):
+        key = await (await client.get(f"/key/{token}")).text()
+        assert key == markers.callback_key(body["metadata"], cleaning=True)
+        assert key != markers.callback_key(body["metadata"]), "not the deployment's key"
+        report = b"wiped\n"
+        assert (
+            await client.post(f"/cleaned/{token}", params={"result": "cleaned"}, data=report)
+        ).status == 403
+        assert markers.CLEANED not in kube.annotations
+        signed = {"result": "cleaned", "sig": reports.signature(key, "cleaned", "", report)}
+        assert (await client.post(f"/cleaned/{token}", params=signed, data=report)).status == 204
+        assert markers.CLEANED in kube.annotations
 
 
 async def test_a_failure_report_is_kept_with_a_known_reason_and_without_the_token(

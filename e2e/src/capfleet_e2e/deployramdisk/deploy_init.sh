@@ -8,6 +8,7 @@
 #   both:     capfleet.callback=<url>  gets a POST with ?mac=&uuid=&result=deployed|cleaned|failed[&reason=]
 #             capfleet.bootif=<mac>  the NIC to bring up first (the one that network-booted)
 #             capfleet.ca=<base64 DER>  the only CA for the boot server's https:// URLs (the callback's origin)
+#             capfleet.key=<url>  the key the callback is signed with (served once; never printed)
 #             capfleet.stay  stay up when done instead of powering off
 # The seed holds secrets (kubeadm tokens in user-data): its contents and URL never reach the console.
 /bin/busybox --install -s
@@ -27,6 +28,7 @@ started=$(now)
 mode=$(karg capfleet.mode) || mode=deploy
 callback=$(karg capfleet.callback)
 report=/tmp/report
+key_file=/tmp/callback.key
 : >"$report"
 mac=
 timings=
@@ -47,6 +49,7 @@ finish() {  # $1: result (deployed, cleaned, failed); $2: reason when failed; $3
   if [ -n "$callback" ] && [ -n "$mac" ]; then
     uuid=$(tr 'A-F' 'a-f' </sys/class/dmi/id/product_uuid 2>/dev/null)
     url=$(with_query "$callback" "mac=$mac&uuid=$uuid&result=$1${2:+&reason=$2}")
+    [ ! -s "$key_file" ] || url="$url&sig=$(sign "$key_file" "$1" "$2" "$report")"
     i=0
     until wget -q -O /dev/null --post-file "$report" "$url"; do
       i=$((i + 1))
@@ -295,6 +298,11 @@ dhcp || { callback=; fail NetworkFailed "no NIC got a DHCP lease"; }
 took network "$t"
 trust_boot_ca "$callback" || { callback=; fail InvalidArguments "capfleet.ca is not a base64 DER certificate"; }
 [ -z "$boot_origin" ] || say "the boot server's https:// URLs are checked against capfleet.ca"
+# Fetched once for this attempt: if someone else got it first, the operator would refuse this report.
+if keyurl=$(karg capfleet.key); then
+  wget -q -O "$key_file" "$keyurl" 2>/dev/null && [ -s "$key_file" ] ||
+    { callback=; fail SeedFailed "the callback key could not be fetched (was it fetched by someone else?)"; }
+fi
 case "$mode" in
   deploy) deploy ;;
   cleaning) clean ;;

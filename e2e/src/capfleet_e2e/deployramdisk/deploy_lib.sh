@@ -211,3 +211,10 @@ redact() { echo "${1%%\?*}" | sed -E 's|^([a-z]+://)[^/@]*@|\1|'; }
 with_query() {
   case "$1" in *"?"*) echo "$1&$2" ;; *) echo "$1?$2" ;; esac
 }
+
+# The callback's signature, as the operator checks it (reports.signature): HMAC-SHA256, keyed with the key
+# in file $1, of the result $2, the reason $3 and the SHA-256 of the report file $4, one per line.
+sign() {
+  digest=$(sha256sum "$4" | cut -d' ' -f1)
+  printf '%s\n%s\n%s' "$2" "$3" "$digest" | openssl dgst -sha256 -hmac "$(cat "$1")" -r | cut -d' ' -f1
+}

@@ -106,10 +106,19 @@ def deploy_script(
         seed_url(base, token),
         f"{base}/callback/{token}",
         hints,
-        boot_mac=spec.boot_mac_address,
-        ca=tls.ca if tls is not None else None,
+        ramdisk_args.Connection(spec.boot_mac_address, tls.ca if tls else None, key_url(base, token)),
     )
     return _script(ramdisk, [*ramdisk.kernel_args, *args])
+
+
+def key_url(base: str, token: str) -> str:
+    """Where the deploy ramdisk fetches, once, the key it signs its callback with."""
+    return f"{base}/key/{token}"
+
+
+def cleans_with_ramdisk(spec: BaremetalInstanceSpec) -> bool:
+    """Whether the deploy ramdisk cleans this instance (an image, no cleaning or custom installer)."""
+    return spec.cleaning_os is None and spec.os is None
 
 
 def cleaning_profile(spec: BaremetalInstanceSpec, ramdisk: OSProfile) -> OSProfile:
@@ -119,15 +128,20 @@ def cleaning_profile(spec: BaremetalInstanceSpec, ramdisk: OSProfile) -> OSProfi
 
 
 def cleaning_script(
-    os_profile: OSProfile, boot_url: str, token: str, boot_mac: str, tls: BootTLS | None = None
+    spec: BaremetalInstanceSpec, ramdisk: OSProfile, boot_url: str, token: str, tls: BootTLS | None = None
 ) -> str:
     """The per-MAC script while a deleted instance is cleaned: the cleaning profile, which wipes the disk
-    metadata and calls back to the cleaning callback (over `tls` when given: the deploy ramdisk's); no
-    seed."""
-    callback = f"{base_url(tls.url if tls is not None else boot_url)}/cleaned/{token}"
-    ca = tls.ca if tls is not None else None
-    args = ramdisk_args.cleaning_args(callback, boot_mac=boot_mac, ca=ca)
-    return _script(os_profile, [*os_profile.kernel_args, *args])
+    metadata and calls back to the cleaning callback (the deploy ramdisk over `tls` when given, with a
+    signed report); no seed."""
+    if not cleans_with_ramdisk(spec):
+        profile = cleaning_profile(spec, ramdisk)
+        callback = f"{base_url(boot_url)}/cleaned/{token}"
+        args = ramdisk_args.cleaning_args(callback, ramdisk_args.Connection(spec.boot_mac_address))
+        return _script(profile, [*profile.kernel_args, *args])
+    base = base_url(tls.url if tls is not None else boot_url)
+    connection = ramdisk_args.Connection(spec.boot_mac_address, tls.ca if tls else None, key_url(base, token))
+    args = ramdisk_args.cleaning_args(f"{base}/cleaned/{token}", connection)
+    return _script(ramdisk, [*ramdisk.kernel_args, *args])
 
 
 def provider_id(namespace: str, name: str, spec: BaremetalInstanceSpec) -> str:

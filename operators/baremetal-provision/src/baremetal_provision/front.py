@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 
 REQUESTER_HEADER = "X-Capfleet-Requester"
 EXACT_ROUTES = frozenset({"/boot.ipxe", "/ipxe"})
-ROUTE_PREFIXES = ("/seed/", "/callback/", "/cleaned/", "/images/", "/files/", "/deploy/")
+ROUTE_PREFIXES = ("/seed/", "/key/", "/callback/", "/cleaned/", "/images/", "/files/", "/deploy/")
 METHODS = frozenset({"GET", "HEAD", "POST"})
 # What a guest may tell the operator beyond the body, and what of the answer it gets back.
 REQUEST_HEADERS = ("Host", "Content-Type", "Range", "User-Agent", "Accept")

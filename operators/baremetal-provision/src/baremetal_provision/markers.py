@@ -32,6 +32,9 @@ BOOT_WINDOW = PREFIX + "boot-window-opened-at"
 then, its script, seed and callback are served."""
 NETWORK_BOOTED = PREFIX + "network-booted-at"
 SEED_FETCHED = PREFIX + "seed-fetched-at"
+CALLBACK_KEY_FETCHED = PREFIX + "callback-key-fetched-at"
+"""The deploy ramdisk fetched this attempt's callback key (served once: whoever got it signs callbacks)."""
+CLEANING_KEY_FETCHED = PREFIX + "cleaning-key-fetched-at"
 BOOT_REQUESTER = PREFIX + "boot-requester"
 """The address that fetched this attempt's per-MAC script: its seed, image and callback are served to that
 address only (the lease iPXE got, which the deploy ramdisk's DHCP client gets again)."""
@@ -48,7 +51,15 @@ mark) never changed the server, so its deletion has nothing to undo and needs no
 DETACHED = PREFIX + "detached"
 """Set by a person, as Metal3's `detached`: the operator leaves the BMC alone, and deletion completes
 without it (the way out for a BMC that is gone for good)."""
-ATTEMPT_MARKS = (BOOT_WINDOW, NETWORK_BOOTED, BOOT_REQUESTER, SEED_FETCHED, CALLED_BACK, FAILURE_REPORTED)
+ATTEMPT_MARKS = (
+    BOOT_WINDOW,
+    NETWORK_BOOTED,
+    BOOT_REQUESTER,
+    SEED_FETCHED,
+    CALLBACK_KEY_FETCHED,
+    CALLED_BACK,
+    FAILURE_REPORTED,
+)
 """Cleared together when an attempt is counted as failed, so the next one starts afresh."""
 
 
@@ -85,6 +96,19 @@ def token(secret: str, namespace: str, name: str, attempt: int = 0) -> str:
     subject = f"{namespace}/{name}" if attempt == 0 else f"{namespace}/{name}/attempt-{attempt}"
     digest = hmac.new(secret.encode(), subject.encode(), hashlib.sha256).digest()
     return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+def callback_key(meta: Mapping[str, Any], cleaning: bool = False) -> str | None:
+    """The key the deploy ramdisk signs its callbacks with (hex), for the current attempt or for cleaning:
+    derived like the token but never in a URL, and served once; None before the instance has a secret."""
+    found = annotations_of(meta)
+    secret = found.get(TOKEN_SECRET)
+    if not secret:
+        return None
+    namespace, name = str(meta.get("namespace") or ""), str(meta["name"])
+    purpose = "cleaning" if cleaning else f"attempt-{count(found.get(FAILED_ATTEMPTS))}"
+    subject = f"{namespace}/{name}/callback-key/{purpose}"
+    return hmac.new(secret.encode(), subject.encode(), hashlib.sha256).hexdigest()
 
 
 def token_of(meta: Mapping[str, Any]) -> str | None:

@@ -63,10 +63,19 @@ def ca_arg(pem: str) -> str:
     return "".join(found[0].split())
 
 
-def connection_args(boot_mac: str | None = None, ca: str | None = None) -> list[str]:
-    """How the ramdisk reaches the boot server: the NIC to bring up first, and the CA to trust."""
-    args = [f"capfleet.bootif={_plain('boot MAC', boot_mac)}"] if boot_mac else []
-    return [*args, f"capfleet.ca={_plain('ca', ca)}"] if ca else args
+@dataclass(frozen=True)
+class Connection:
+    """How the ramdisk reaches the boot server: the NIC to bring up first, the CA to trust for its https://
+    URLs, and where it fetches (once) the key it signs its callback with."""
+
+    boot_mac: str | None = None
+    ca: str | None = None
+    key_url: str | None = None
+
+    def args(self) -> list[str]:
+        found = [f"capfleet.bootif={_plain('boot MAC', self.boot_mac)}"] if self.boot_mac else []
+        found += [f"capfleet.ca={_plain('ca', self.ca)}"] if self.ca else []
+        return [*found, f"capfleet.key={_plain('key url', self.key_url)}"] if self.key_url else found
 
 
 def command_line(args: Sequence[str]) -> str:
@@ -82,9 +91,7 @@ def deploy_args(
     seed_url: str,
     callback: str,
     hints: Mapping[str, str | int] | None = None,
-    *,
-    boot_mac: str | None = None,
-    ca: str | None = None,
+    connection: Connection | None = None,
 ) -> list[str]:
     """The arguments (after BASE_ARGS) that make the ramdisk write `image` and the seed, then call back."""
     if image.format not in FORMATS:
@@ -103,14 +110,14 @@ def deploy_args(
     ]
     if hints:
         args.append(f"capfleet.hints={hints_arg(hints)}")
-    return [*args, *connection_args(boot_mac, ca)]
+    return [*args, *(connection or Connection()).args()]
 
 
-def cleaning_args(callback: str, *, boot_mac: str | None = None, ca: str | None = None) -> list[str]:
+def cleaning_args(callback: str, connection: Connection | None = None) -> list[str]:
     """The arguments that make the ramdisk wipe every disk's metadata, then call back."""
     return [
         "capfleet.mode=cleaning",
         "capfleet.cleaning=metadata",
         f"capfleet.callback={_plain('callback', callback)}",
-        *connection_args(boot_mac, ca),
+        *(connection or Connection()).args(),
     ]

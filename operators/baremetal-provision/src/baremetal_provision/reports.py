@@ -1,15 +1,18 @@
 """What a guest's callback says, read defensively (pure functions).
 
-The provisioning network is hostile: anyone on it may call back, and only the token in the path proves
-the caller booted what we served. The deploy ramdisk posts `?result=deployed|failed&reason=<Reason>` and
-a report (a one-line message, then `key: value` facts and step timings); a custom installer may post
-nothing, which means it succeeded. Only known reasons are taken, the message is cut to one printable line
-with the token removed, and only numeric facts are kept: nothing the caller sends reaches a condition, an
-Event or a log unchecked.
+The provisioning network is hostile: anyone on it may call back. The token in the path says which attempt; the
+deploy ramdisk also signs its report (`sig=`, HMAC-SHA256 with a callback key it fetched once, so it never
+travels in a URL or a script), which proves the caller is what fetched that key. The deploy ramdisk posts
+`?result=deployed|failed&reason=<Reason>` and a report (a one-line message, then `key: value` facts and step
+timings); a custom installer may post nothing, which means it succeeded. Only known reasons are taken, the
+message is cut to one printable line with the token removed, and only numeric facts are kept: nothing the
+caller sends reaches a condition, an Event or a log unchecked.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -62,6 +65,19 @@ def read(query: Mapping[str, str], body: str, token: str) -> Report:
         return Report("deployed", message=message, facts=facts)
     reason = query.get("reason", "")
     return Report("failed", reason if reason in REASONS else UNKNOWN_REASON, message, facts)
+
+
+def signature(key: str, result: str, reason: str, body: bytes) -> str:
+    """What the deploy ramdisk sends as `sig=`: HMAC-SHA256, keyed with its callback key, of the result,
+    the reason and the body's SHA-256, one per line (deploy_lib.sh's `sign` computes the same)."""
+    message = f"{result}\n{reason}\n{hashlib.sha256(body).hexdigest()}"
+    return hmac.new(key.encode(), message.encode(), hashlib.sha256).hexdigest()
+
+
+def signed(query: Mapping[str, str], body: bytes, key: str) -> bool:
+    """Whether the callback's `sig=` is the signature of its result, reason and body under `key`."""
+    wanted = signature(key, query.get("result", ""), query.get("reason", ""), body)
+    return hmac.compare_digest(query.get("sig", ""), wanted)
 
 
 def clean(text: str, token: str) -> str:

@@ -57,6 +57,9 @@ class Served:
     network_booted_at: str | None = None
     requester: str | None = None
     """The address this attempt is bound to (the one that fetched its per-MAC script), once known."""
+    callback_key: str = ""
+    """What the deploy ramdisk's callbacks of this attempt are signed with (served once)."""
+    cleaning_key: str = ""
     window_opened: bool = False
     """The operator opened this attempt's boot window (it is about to network-boot the server)."""
     failure_reported: bool = False
@@ -89,6 +92,8 @@ def served_of(body: Mapping[str, Any]) -> Served | None:
         cleaning=cleaning,
         network_booted_at=found.get(markers.NETWORK_BOOTED),
         requester=found.get(markers.BOOT_REQUESTER),
+        callback_key=markers.callback_key(meta) or "",
+        cleaning_key=markers.callback_key(meta, cleaning=True) or "",
         window_opened=bool(found.get(markers.BOOT_WINDOW) or found.get(markers.NETWORK_BOOTED)),
         failure_reported=bool(found.get(markers.FAILURE_REPORTED)),
         exhausted=markers.count(found.get(markers.FAILED_ATTEMPTS)) >= spec.max_provisioning_attempts,
@@ -224,10 +229,8 @@ async def script_for(lookup: Lookup, served: Served, base: str, request: web.Req
     mac = served.spec.boot_mac_address
     if served.cleaning:
         log.info("serving the cleaning script of %s/%s to %s", served.namespace, served.name, mac)
-        ramdisk = lookup.ramdisk(base)
-        profile = booting.cleaning_profile(served.spec, ramdisk)
-        tls = lookup.tls() if profile is ramdisk else None
-        return text(booting.cleaning_script(profile, base, served.token, mac, tls))
+        script = booting.cleaning_script(served.spec, lookup.ramdisk(base), base, served.token, lookup.tls())
+        return text(script)
     if served.called_back:
         return text(booting.exit_script("provisioned; booting from disk"))
     if served.exhausted or served.failure_reported:
@@ -314,6 +317,56 @@ async def refuse_second_fetch(lookup: Lookup, instance: dict[str, Any] | None, r
     await lookup.recorder.transition(instance, "Warning", "SeedRefetchRefused", message)
 
 
+async def callback_key(request: web.Request) -> web.Response:
+    """The key the deploy ramdisk signs its callback with: once per attempt (and once for cleaning), to
+    the attempt's address; a second fetch is refused with a Warning Event."""
+    lookup = request.app[LOOKUP]
+    served = lookup.find(lookup.by_token, request.match_info["token"])
+    if served is None:
+        raise web.HTTPNotFound()
+    bound_to: str | None = None  # cleaning is not bound to an address
+    if served.cleaning and booting.cleans_with_ramdisk(served.spec):
+        key, mark = served.cleaning_key, markers.CLEANING_KEY_FETCHED
+    elif served.attempt_open and served.spec.image is not None:
+        if await lookup.refused(request, served):
+            raise web.HTTPForbidden(text="this attempt is bound to another address")
+        key, mark = served.callback_key, markers.CALLBACK_KEY_FETCHED
+        bound_to = lookup.requester(request) or ""
+    else:
+        raise web.HTTPNotFound()
+    try:
+        first, _, instance = await lookup.claim(served, mark, markers.now(), bound_to)
+    except KubeError as exc:
+        log.warning("cannot serve the callback key of %s/%s: %s", served.namespace, served.name, exc)
+        raise web.HTTPServiceUnavailable() from exc
+    if not first:
+        asker = lookup.requester(request) or "an unknown address"
+        message = (
+            f"a second fetch of the callback key from {asker} was refused: it is served once; if this "
+            "server did not fetch it, someone else on the provisioning network did, and the server's "
+            "callback will not be taken"
+        )
+        log.warning("%s/%s: %s", served.namespace, served.name, message)
+        if instance is not None:
+            await lookup.recorder.transition(instance, "Warning", "CallbackKeyRefetchRefused", message)
+        raise web.HTTPForbidden(text="the callback key was already fetched")
+    return text(key)
+
+
+async def signed_body(request: web.Request, served: Served, key: str | None) -> str:
+    """The callback's body, when its signature holds under `key` (None: nothing to check); else 403."""
+    body = await request.content.read(reports.BODY_MAX)
+    if key is not None and not reports.signed(request.query, body, key):
+        log.warning(
+            "refused a callback for %s/%s from %s: its signature does not hold",
+            served.namespace,
+            served.name,
+            request.app[LOOKUP].requester(request) or "an unknown address",
+        )
+        raise web.HTTPForbidden(text="the callback's signature does not hold")
+    return body.decode(errors="replace")
+
+
 async def callback(request: web.Request) -> web.Response:
     lookup = request.app[LOOKUP]
     served = lookup.find(lookup.by_token, request.match_info["token"])
@@ -321,7 +374,7 @@ async def callback(request: web.Request) -> web.Response:
         raise web.HTTPNotFound()
     if await lookup.refused(request, served):
         raise web.HTTPForbidden(text="this attempt is bound to another address")
-    body = (await request.content.read(reports.BODY_MAX)).decode(errors="replace")
+    body = await signed_body(request, served, served.callback_key if served.spec.image is not None else None)
     report = reports.read(request.query, body, served.token)
     where = f"{served.namespace}/{served.name}"
     if served.called_back or served.failure_reported or served.exhausted:
@@ -344,7 +397,8 @@ async def cleaned(request: web.Request) -> web.Response:
     served = lookup.find(lookup.by_token, request.match_info["token"])
     if served is None or not served.cleaning:
         raise web.HTTPNotFound()
-    body = (await request.content.read(reports.BODY_MAX)).decode(errors="replace")
+    key = served.cleaning_key if booting.cleans_with_ramdisk(served.spec) else None
+    body = await signed_body(request, served, key)
     report = reports.read(request.query, body, served.token)
     if report.result == "failed":
         # Deletion must not hang on a disk that cannot be wiped: it goes on, and says so.
@@ -395,6 +449,7 @@ def application(lookup: Lookup) -> web.Application:
     app.router.add_get("/seed/{token}/{file}", seed)
     app.router.add_route("POST", "/callback/{token}", callback)
     app.router.add_get("/callback/{token}", callback)
+    app.router.add_get("/key/{token}", callback_key)
     app.router.add_route("POST", "/cleaned/{token}", cleaned)
     app.router.add_get("/cleaned/{token}", cleaned)
     app.router.add_get("/images/image", image)

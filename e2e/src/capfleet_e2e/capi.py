@@ -65,6 +65,7 @@ class Provider:
     crd_groups: tuple[str, ...]
     webhook_manifests: str  # path inside the sigs.k8s.io/cluster-api module
     name_prefix: str  # the namePrefix of the provider's config/default kustomization
+    args: tuple[str, ...] = ()
 
 
 PROVIDERS = (
@@ -86,6 +87,11 @@ PROVIDERS = (
         ("bootstrap.cluster.x-k8s.io",),
         "bootstrap/kubeadm/config/webhook/manifests.yaml",
         "capi-kubeadm-bootstrap-",
+        # Join tokens live 15 min by default and are kept alive only while the workload API answers; a
+        # TCG server writing its image, booting and preloading images takes longer, and a workload API
+        # starved of CPU stops answering for minutes (in a run, the token expired 24 min after it was
+        # made and `kubeadm join` got Unauthorized). Users set the same with KUBEADM_BOOTSTRAP_TOKEN_TTL.
+        ("--bootstrap-token-ttl=90m",),
     ),
     Provider(
         "kubeadm-control-plane",
@@ -290,6 +296,7 @@ class CapiManagers:
             f"--health-addr={HOST}:{health_port}",
             f"--diagnostics-address={HOST}:{diagnostics_port}",
             "--insecure-diagnostics",  # plain http without authn/z: metrics for tests, no pprof
+            *provider.args,
         ]
         component = Component(provider.binary, argv, self.log_dir)
         return Manager(provider, webhook_port, health_port, diagnostics_port, component)

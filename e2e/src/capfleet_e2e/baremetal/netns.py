@@ -141,7 +141,9 @@ class PxeNetwork:
         wait_for("the PXE network's HTTP relay", lambda: _listening(relay), START_TIMEOUT, [relay])
 
     def _stop_ns_relay(self) -> None:
-        self._stop_ns_relay()
+        if self._ns_relay is not None:
+            self._ns_relay.stop()
+            self._ns_relay = None
 
     def forward_http_to(self, port: int) -> None:
         """Relay the guests' HTTP connections to 127.0.0.1:`port` from now on (replacing any earlier one)."""

@@ -77,7 +77,9 @@ def test_dnsmasq_arguments_confine_it_to_the_bridge() -> None:
         network.stop()
     assert "--interface=pxebr0" in argv
     assert "--bind-interfaces" in argv
-    assert "--port=0" in argv  # no DNS
+    assert "--port=0" not in argv
+    assert "--host-record=boot.pxe.capfleet.test,172.30.42.1" in argv  # the one name DNS answers
+    assert "--no-resolv" in argv  # and nothing else
     assert "--dhcp-option=option:router" in argv  # no default route
     assert "--dhcp-range=172.30.42.100,172.30.42.200,255.255.255.0,1h" in argv
     assert "--dhcp-boot=tag:ipxe,http://172.30.42.1:8080/boot.ipxe" in argv

@@ -187,13 +187,13 @@ def test_the_deploy_script_boots_the_ramdisk_with_the_image_hints_seed_and_callb
 
 
 def test_over_tls_the_ramdisk_gets_https_urls_and_the_ca_while_ipxe_stays_on_http() -> None:
-    tls = booting.BootTLS("https://172.30.1.1", ramdisk_args.ca_arg(CA_PEM))
+    tls = booting.BootTLS("https://boot.lab", ramdisk_args.ca_arg(CA_PEM))
     script = booting.deploy_script(image_spec(), RAMDISK, "http://b:1", "tok", cached=True, tls=tls)
     kernel_line = script.splitlines()[1].split()
     assert kernel_line[1] == "http://b:1/deploy/vmlinuz"  # iPXE fetches these over plain HTTP
-    assert "capfleet.image=https://172.30.1.1/images/image?token=tok" in kernel_line
-    assert "ds=nocloud-net;s=https://172.30.1.1/seed/tok/" in kernel_line
-    assert "capfleet.callback=https://172.30.1.1/callback/tok" in kernel_line
+    assert "capfleet.image=https://boot.lab/images/image?token=tok" in kernel_line
+    assert "ds=nocloud-net;s=https://boot.lab/seed/tok/" in kernel_line
+    assert "capfleet.callback=https://boot.lab/callback/tok" in kernel_line
     [ca] = [a.split("=", 1)[1] for a in kernel_line if a.startswith("capfleet.ca=")]
     assert base64.b64decode(ca) == ssl.PEM_cert_to_DER_cert(CA_PEM)
 

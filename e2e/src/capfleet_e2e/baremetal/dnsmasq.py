@@ -1,22 +1,23 @@
 """DHCP for the PXE network: dnsmasq inside the namespace, on its bridge only, handing iPXE an HTTP URL.
 
-QEMU's iPXE ROM (Debian's ipxe-qemu) sends user class `iPXE` (option 175) and speaks HTTP, so dnsmasq gives
-it `http://<bridge address>:8080/boot.ipxe` as its boot file directly: no TFTP, no chain-loading. DNS is
-off, no router is announced (nothing is routed anywhere), and IPv6 router advertisements for the bridge's
-ULA prefix are on, which ends iPXE's IPv6 autoconfiguration wait at once. The log (with --log-dhcp) and
-the lease file go to the artifacts directory.
+QEMU's iPXE ROM (Debian's ipxe-qemu) sends user class `iPXE` (option 175) and speaks HTTP, so dnsmasq gives it
+`http://<bridge address>:8080/boot.ipxe` as its boot file directly: no TFTP, no chain-loading. DNS answers one
+name, the boot front's (`BOOT_HOST`, the bridge's address: busybox wget in the deploy ramdisk verifies TLS
+only for names), and nothing else; no router is announced (nothing is routed anywhere), and IPv6 router
+advertisements for the bridge's ULA prefix are on, which ends iPXE's IPv6 autoconfiguration wait at once. The
+log (with --log-dhcp) and the lease file go to the artifacts directory.
 
 Each server gets its address reserved by MAC (`reserve`, a file in dnsmasq's `--dhcp-hostsdir`, read as it
-appears), as Ironic's dnsmasq does for the nodes it provisions: several servers booting at once otherwise
-race for one offered address, and iPXE does not start over after the losing DHCPNAK. The reservation
-ignores the client identifier, so the OS a server boots later keeps the same address.
+appears), as Ironic's dnsmasq does for the nodes it provisions: several servers booting at once otherwise race
+for one offered address, and iPXE does not start over after the losing DHCPNAK. The reservation ignores the
+client identifier, so the OS a server boots later keeps the same address.
 """
 
 from __future__ import annotations
 
 from typing import Self
 
-from capfleet_e2e.baremetal.netns import PxeNetwork
+from capfleet_e2e.baremetal.netns import BOOT_HOST, PxeNetwork
 from capfleet_e2e.processes import Component, wait_for
 
 START_TIMEOUT = 20.0
@@ -45,7 +46,8 @@ class PxeDnsmasq:
         hosts = list(net.network.hosts())
         first, last = hosts[99], hosts[199]  # .100 - .200
         return [
-            "dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null", "--port=0",
+            "dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null",
+            f"--host-record={BOOT_HOST},{net.address}",
             "--no-resolv", "--no-hosts", "--user=root", "--group=root",
             f"--interface={net.bridge}", "--bind-interfaces", "--except-interface=lo",
             f"--dhcp-range={first},{last},{net.network.netmask},1h",

@@ -33,6 +33,8 @@ from capfleet_e2e.pki import CertificateAuthority, write_private
 from capfleet_e2e.processes import Component, free_port, wait_for
 
 BRIDGE = "pxebr0"
+BOOT_HOST = "boot.pxe.capfleet.test"
+"""The boot front's name on the lab network (the lab's DNS answers it with the bridge's address)."""
 HTTP_PORT = 8080
 START_TIMEOUT = 20.0
 
@@ -160,8 +162,8 @@ class PxeNetwork:
     def serve_boot_front(self, tls: bool = False) -> BootFront:
         """Serve the guests' HTTP with a boot front (`baremetal_provision.front`) from now on, in place of
         the relay: on the provisioning network itself, as in production, so it sees each guest's address.
-        With `tls`, it also serves https:// on port 443 with a certificate for the bridge's address from a
-        CA made for this network. Returns what the operator needs to sit behind it (files cross the
+        With `tls`, it also serves https:// on port 443 with a certificate for `BOOT_HOST` from a CA made
+        for this network. Returns what the operator needs to sit behind it (files cross the
         namespace, packets do not)."""
         self._stop_host_relay()
         self._stop_ns_relay()
@@ -173,12 +175,12 @@ class PxeNetwork:
         }
         if tls:
             ca = CertificateAuthority.generate(f"{self.name}-boot-ca")
-            cert, key = ca.issue_serving("boot", ips=[str(self.address)])
+            cert, key = ca.issue_serving("boot", dns_names=[BOOT_HOST])
             front.ca_file = self.root / "boot-ca.crt"
             front.ca_file.write_bytes(ca.cert_pem)
             (self.root / "boot-tls.crt").write_bytes(cert)
             write_private(self.root / "boot-tls.key", key)
-            front.tls_url = f"https://{self.address}"
+            front.tls_url = f"https://{BOOT_HOST}"
             env |= {
                 "CAPFLEET_BOOT_TLS_LISTEN": f"{self.address}:443",
                 "CAPFLEET_BOOT_TLS_CERT_FILE": str(self.root / "boot-tls.crt"),

@@ -55,10 +55,10 @@ def _tls_url(value: str) -> str:
     url = urlsplit(value.strip())
     if url.scheme != "https" or not url.hostname:
         raise ValueError("must be an https:// URL")
-    # The ramdisk's busybox wget checks an IP address with its port included, which never matches: an
-    # address is only verifiable on the default port.
-    if url.port not in (None, 443) and _is_address(url.hostname):
-        raise ValueError("an IP address must use port 443 (or give a host name)")
+    # The ramdisk's busybox wget checks an IP address with the port appended ("-verify_ip 10.0.0.1:443"),
+    # which never matches a certificate: it can verify names only.
+    if _is_address(url.hostname):
+        raise ValueError("must name the boot front by a host name, not an IP address")
     return value.strip().rstrip("/")
 
 

@@ -191,11 +191,14 @@ def test_over_tls_the_ramdisk_gets_https_urls_and_the_ca_while_ipxe_stays_on_htt
     script = booting.deploy_script(image_spec(), RAMDISK, "http://b:1", "tok", cached=True, tls=tls)
     kernel_line = script.splitlines()[1].split()
     assert kernel_line[1] == "http://b:1/deploy/vmlinuz"  # iPXE fetches these over plain HTTP
-    assert "capfleet.image=https://boot.lab/images/image?token=tok" in kernel_line
+    assert "capfleet.image=http://b:1/images/image?token=tok" in kernel_line, "no secret; its checksum holds"
     assert "ds=nocloud-net;s=https://boot.lab/seed/tok/" in kernel_line
     assert "capfleet.callback=https://boot.lab/callback/tok" in kernel_line
     [ca] = [a.split("=", 1)[1] for a in kernel_line if a.startswith("capfleet.ca=")]
     assert base64.b64decode(ca) == ssl.PEM_cert_to_DER_cert(CA_PEM)
+    by_url = image_spec(image={"url": "https://i/n.raw", "checksum": "https://i/n.sha256"})
+    line = booting.deploy_script(by_url, RAMDISK, "http://b:1", "tok", cached=True, tls=tls).split()
+    assert "capfleet.checksum_url=https://boot.lab/images/sha256?token=tok" in line, "the checksum over TLS"
 
 
 def test_one_ca_certificate_and_a_command_line_the_kernel_keeps_whole() -> None:

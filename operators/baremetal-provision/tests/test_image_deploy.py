@@ -1,7 +1,8 @@
 """Image deployment on the bare-metal lab, all real: a QEMU server behind the Redfish emulator network-boots
 capfleet's deploy ramdisk from the operator's boot front, which fetches the node image once from an HTTP
-server on loopback into its cache (the server has no route to it) and serves it, to the ramdisk over
-https:// with a certificate of the lab's own CA (given on its command line); the ramdisk writes it to the disk
+server on loopback into its cache (the server has no route to it) and serves it (the seed, the callback
+key and the callbacks over https://, with a certificate of the lab's own CA given on the ramdisk's command
+line); the ramdisk writes it to the disk
 its root device hints name, with the NoCloud seed beside it, and calls back; the operator power-cycles
 the server onto its disk, where the node image's own cloud-init renders the meta-data and runs the
 user-data. Deleting the instance cleans the disk (metadata, the default with an image): it no longer

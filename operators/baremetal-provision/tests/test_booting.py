@@ -205,7 +205,9 @@ def test_one_ca_certificate_and_a_command_line_the_kernel_keeps_whole() -> None:
     with pytest.raises(ValueError, match="one PEM certificate, not 2"):
         ramdisk_args.ca_arg(CA_PEM + CA_PEM)
     with pytest.raises(ValueError, match="one PEM certificate, not 0"):
-        ramdisk_args.ca_arg("-----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY-----\n")
+        ramdisk_args.ca_arg(
+            CertificateAuthority.generate("boot-ca").key_pem.decode()
+        )  # a key, no certificate
     long_url = "https://images.example/" + "n" * 1900
     given = image_spec(image={"url": long_url, "checksum": DIGEST})
     with pytest.raises(ValueError, match="over 2047"):

@@ -10,14 +10,10 @@ callback key the ramdisk fetched once (`capfleet.key`).
 
 from __future__ import annotations
 
-import base64
-import gzip
 import hashlib
 import json
 import os
 import shutil
-import ssl
-import stat
 import subprocess
 import threading
 import time
@@ -40,7 +36,6 @@ from baremetal_provision.reports import signed  # type: ignore[import-untyped]
 from capfleet_e2e.deployramdisk.build import DeployRamdisk, ensure_deploy_ramdisk
 from capfleet_e2e.kubebin import artifacts_dir
 from capfleet_e2e.nodeimage.disk import Partition, mbr
-from capfleet_e2e.pki import CertificateAuthority
 
 MIB, GIB = 2**20, 2**30
 IMAGE_BYTES = 64 * MIB
@@ -347,88 +342,6 @@ def timings(result: Boot) -> str:
         f"{k.removeprefix('seconds_')}={v}" for k, v in facts.items() if k.startswith("seconds_")
     )
     return f"boot->callback {result.seconds:.1f}s; {steps}; throughput {facts.get('throughput_mb_s')} MB/s"
-
-
-def _tls_server(cert: Path, key: Path) -> ThreadingHTTPServer:
-    site = Site(files={"/f.txt": b"over tls\n"})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(site))
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert, key)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
-
-@pytest.mark.integration
-@pytest.mark.skipif(os.geteuid() != 0, reason="chroot into the unpacked ramdisk needs root")
-def test_https_downloads_verify_the_server_against_the_ca_bundle(
-    ramdisk: DeployRamdisk, tmp_path: Path
-) -> None:
-    """busybox wget hands https:// to `openssl s_client`, which must find its libraries and CA bundle."""
-    tree = tmp_path / "tree"
-    tree.mkdir()
-    _tool("busybox", "cpio", "-id", input=gzip.decompress(ramdisk.initrd.read_bytes()), cwd=tree)
-    os.mknod(tree / "dev" / "null", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    _tool("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
-          "-addext", "subjectAltName=DNS:localhost", "-keyout", str(key), "-out", str(cert))  # fmt: skip
-    server = _tls_server(cert, key)
-    url = f"https://localhost:{server.server_address[1]}/f.txt"
-    wget = ["chroot", str(tree), "/bin/busybox", "wget", "-q", "-O", "-", url]
-    try:
-        untrusted = subprocess.run(wget, capture_output=True, check=False, timeout=60)
-        assert untrusted.returncode != 0
-        assert not untrusted.stdout
-        with (tree / "etc/ssl/certs/ca-certificates.crt").open("ab") as bundle:
-            bundle.write(cert.read_bytes())
-        trusted = subprocess.run(wget, capture_output=True, check=False, timeout=60)
-        assert trusted.returncode == 0, trusted.stderr
-        assert trusted.stdout == b"over tls\n"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-@pytest.mark.integration
-@pytest.mark.skipif(os.geteuid() != 0, reason="chroot into the unpacked ramdisk needs root")
-def test_the_boot_servers_own_ca_alone_vouches_for_its_https_urls(
-    ramdisk: DeployRamdisk, tmp_path: Path
-) -> None:
-    """`capfleet.ca` makes the ramdisk's busybox wget and openssl trust the boot server's CA for its URLs,
-    and only for them: another server with a certificate of that CA is refused, as is the boot server
-    without the CA."""
-    tree = tmp_path / "tree"
-    tree.mkdir()
-    _tool("busybox", "cpio", "-id", input=gzip.decompress(ramdisk.initrd.read_bytes()), cwd=tree)
-    os.mknod(tree / "dev" / "null", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
-    (tree / "tmp").mkdir(exist_ok=True)
-    ca = CertificateAuthority.generate("boot-ca")
-    cert, key = ca.issue_serving("boot", dns_names=["localhost"])
-    (tmp_path / "cert.pem").write_bytes(cert)
-    (tmp_path / "key.pem").write_bytes(key)
-    boot, other = (_tls_server(tmp_path / "cert.pem", tmp_path / "key.pem") for _ in range(2))
-    der = base64.b64encode(ssl.PEM_cert_to_DER_cert(ca.cert_pem.decode())).decode()
-
-    def fetch(url: str, with_ca: bool = True) -> subprocess.CompletedProcess[bytes]:
-        callback = f"https://localhost:{boot.server_address[1]}/callback/t"
-        cmdline = f"capfleet.ca={der}" if with_ca else ""
-        script = (
-            "/bin/busybox --install -s; PATH=/usr/sbin:/usr/bin:/sbin:/bin; set -f; "
-            f". /lib/capfleet/deploy_lib.sh; trust_boot_ca {callback} && wget -q -O - {url}"
-        )
-        argv = ["chroot", str(tree), "/bin/busybox", "sh", "-c", script]
-        env = {"PATH": os.environ["PATH"], "CMDLINE": cmdline}
-        return subprocess.run(argv, capture_output=True, check=False, timeout=60, env=env)
-
-    try:
-        trusted = fetch(f"https://localhost:{boot.server_address[1]}/f.txt")
-        assert (trusted.returncode, trusted.stdout) == (0, b"over tls\n"), trusted.stderr
-        assert fetch(f"https://localhost:{other.server_address[1]}/f.txt").returncode != 0
-        assert fetch(f"https://localhost:{boot.server_address[1]}/f.txt", with_ca=False).returncode != 0
-    finally:
-        for server in (boot, other):
-            server.shutdown()
-            server.server_close()
 
 
 @pytest.mark.integration

@@ -188,11 +188,17 @@ class Lookup:
             f"attempt is bound to {served.requester}, which fetched its boot script; if the server did not "
             "move, someone else on the provisioning network asked"
         )
-        log.warning("%s/%s: %s", served.namespace, served.name, message)
         body = await self.kube.get(INSTANCES, served.name, served.namespace)
-        if body is not None:
-            await self.recorder.transition(body, "Warning", "BootRequestRefused", message)
+        await self.report_refusal(served, body, "BootRequestRefused", message)
         return True
+
+    async def report_refusal(
+        self, served: Served, instance: dict[str, Any] | None, reason: str, message: str
+    ) -> None:
+        """Log a refused request and report it as a Warning Event on the instance, when it still exists."""
+        log.warning("%s/%s: %s", served.namespace, served.name, message)
+        if instance is not None:
+            await self.recorder.transition(instance, "Warning", reason, message)
 
     async def mark(self, served: Served, key: str, value: str | None = None) -> None:
         patch = {"metadata": {"annotations": {key: value or markers.now()}}}
@@ -296,25 +302,15 @@ async def seed(request: web.Request) -> web.Response:
         log.warning("cannot serve the user-data of %s/%s: %s", served.namespace, served.name, exc)
         raise web.HTTPServiceUnavailable() from exc
     if not first:
-        await refuse_second_fetch(lookup, instance, lookup.requester(request) or "an unknown address")
+        asker = lookup.requester(request) or "an unknown address"
+        message = (
+            f"a second fetch of the user-data from {asker} was refused: the seed is served once per "
+            "provisioning attempt; if this server did not fetch it, someone else on the provisioning "
+            "network did"
+        )
+        await lookup.report_refusal(served, instance, "SeedRefetchRefused", message)
         raise web.HTTPForbidden(text="the user-data of this attempt was already fetched")
     return web.Response(body=base64.b64decode(value), content_type="text/plain")
-
-
-async def refuse_second_fetch(lookup: Lookup, instance: dict[str, Any] | None, requester: str) -> None:
-    """Log and report (a Warning Event on the instance, when it still exists) a refused second fetch."""
-    if instance is None:
-        return
-    meta = instance["metadata"]
-    log.warning(
-        "refused a second fetch of the user-data of %s/%s from %s", meta["namespace"], meta["name"], requester
-    )
-    message = (
-        f"a second fetch of the user-data from {requester} was refused: the seed is served once per "
-        "provisioning attempt; if this server did not fetch it, someone else on the provisioning "
-        "network did"
-    )
-    await lookup.recorder.transition(instance, "Warning", "SeedRefetchRefused", message)
 
 
 async def callback_key(request: web.Request) -> web.Response:
@@ -346,9 +342,7 @@ async def callback_key(request: web.Request) -> web.Response:
             "server did not fetch it, someone else on the provisioning network did, and the server's "
             "callback will not be taken"
         )
-        log.warning("%s/%s: %s", served.namespace, served.name, message)
-        if instance is not None:
-            await lookup.recorder.transition(instance, "Warning", "CallbackKeyRefetchRefused", message)
+        await lookup.report_refusal(served, instance, "CallbackKeyRefetchRefused", message)
         raise web.HTTPForbidden(text="the callback key was already fetched")
     return text(key)
 

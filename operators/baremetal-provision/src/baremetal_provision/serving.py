@@ -24,7 +24,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NoReturn
 
 import kopf
 from aiohttp import web
@@ -302,14 +302,11 @@ async def seed(request: web.Request) -> web.Response:
         log.warning("cannot serve the user-data of %s/%s: %s", served.namespace, served.name, exc)
         raise web.HTTPServiceUnavailable() from exc
     if not first:
-        asker = lookup.requester(request) or "an unknown address"
-        message = (
-            f"a second fetch of the user-data from {asker} was refused: the seed is served once per "
-            "provisioning attempt; if this server did not fetch it, someone else on the provisioning "
-            "network did"
-        )
-        await lookup.report_refusal(served, instance, "SeedRefetchRefused", message)
-        raise web.HTTPForbidden(text="the user-data of this attempt was already fetched")
+        await refuse_refetch(
+            request, served, instance, "SeedRefetchRefused", "user-data",
+            "the seed is served once per provisioning attempt; if this server did not fetch it, someone "
+            "else on the provisioning network did",
+        )  # fmt: skip
     return web.Response(body=base64.b64decode(value), content_type="text/plain")
 
 
@@ -336,15 +333,28 @@ async def callback_key(request: web.Request) -> web.Response:
         log.warning("cannot serve the callback key of %s/%s: %s", served.namespace, served.name, exc)
         raise web.HTTPServiceUnavailable() from exc
     if not first:
-        asker = lookup.requester(request) or "an unknown address"
-        message = (
-            f"a second fetch of the callback key from {asker} was refused: it is served once; if this "
-            "server did not fetch it, someone else on the provisioning network did, and the server's "
-            "callback will not be taken"
-        )
-        await lookup.report_refusal(served, instance, "CallbackKeyRefetchRefused", message)
-        raise web.HTTPForbidden(text="the callback key was already fetched")
+        await refuse_refetch(
+            request, served, instance, "CallbackKeyRefetchRefused", "callback key",
+            "it is served once; if this server did not fetch it, someone else on the provisioning network "
+            "did, and the server's callback will not be taken",
+        )  # fmt: skip
     return text(key)
+
+
+async def refuse_refetch(
+    request: web.Request,
+    served: Served,
+    instance: dict[str, Any] | None,
+    reason: str,
+    what: str,
+    why: str,
+) -> NoReturn:
+    """Report a second fetch of something served once per attempt (log and Warning Event), then 403."""
+    lookup = request.app[LOOKUP]
+    asker = lookup.requester(request) or "an unknown address"
+    message = f"a second fetch of the {what} from {asker} was refused: {why}"
+    await lookup.report_refusal(served, instance, reason, message)
+    raise web.HTTPForbidden(text=f"the {what} of this attempt was already fetched")
 
 
 async def signed_body(request: web.Request, served: Served, key: str | None) -> str:

@@ -20,6 +20,9 @@ apt_packages=(
   # The deploy ramdisk (e2e/src/capfleet_e2e/deployramdisk) takes sfdisk, wipefs, mkfs.fat, qemu-img and
   # openssl (with the CA bundle) from the host, besides the kernel and busybox above.
   fdisk util-linux openssl ca-certificates
+  # Real NetBox in the tests (e2e/src/capfleet_e2e/netbox/releases.py): its PostgreSQL and Redis on
+  # loopback; NetBox 4.6 runs in a Debian trixie tree made by mmdebstrap (above).
+  postgresql redis-server
 )
 missing=()
 for p in "${apt_packages[@]}"; do

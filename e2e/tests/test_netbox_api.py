@@ -94,8 +94,6 @@ def test_cursor_pagination_and_tag_edits_on_4_6(netbox: NetboxInstance) -> None:
 
 
 def test_an_outage_ends_by_itself(netbox: NetboxInstance) -> None:
-    if netbox.faults is None:
-        pytest.skip("needs the NetBox test server")
     nb = pynetbox.api(netbox.url, token=netbox.token)
     assert nb.status()
     netbox.faults.outage(0.3)

@@ -38,8 +38,9 @@ from capfleet_e2e.controlplane import ControlPlane
 from capfleet_e2e.deployramdisk.build import DeployRamdisk, ensure_deploy_ramdisk
 from capfleet_e2e.kubebin import artifacts_dir
 from capfleet_e2e.metalsite import NODE_SERVER, open_metal
-from capfleet_e2e.netbox.fixtures import NetboxInstance, config_with_tokens, instance_for
-from capfleet_e2e.netbox.server import NetboxTestServer
+from capfleet_e2e.netbox.fixtures import NetboxInstance, RealNetboxes, instance_behind
+from capfleet_e2e.netbox.proxy import NetboxProxy
+from capfleet_e2e.netbox.releases import DEFAULT_RELEASE
 from capfleet_e2e.nodeimage.build import NodeImage, ensure_node_image
 from capfleet_e2e.nodesite import VM_TEMPLATE, NodeLab, NodeSite, open_node_site
 from capfleet_e2e.operators import OperatorProcess
@@ -204,13 +205,21 @@ def metal_parts(pxe_lab: PxeLab, image: NodeImage) -> Iterator[MetalParts]:
     ramdisk = ensure_deploy_ramdisk(progress=say)
     say(f"Deploy ramdisk: {ramdisk.directory}")
     (server,) = pxe_lab.define_servers(1, prefix="metal", shape=NODE_SERVER)
-    netbox_server = NetboxTestServer(config_with_tokens()).start()
     say(f"Server {server.name} (MAC {server.mac}) behind Redfish at {server.redfish_url}")
-    say(f"NetBox (capfleet's test server) at {netbox_server.url}")
+    log_dir = artifacts_dir() / "netbox"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    netboxes = RealNetboxes(log_dir)
     try:
-        yield MetalParts(pxe_lab, server, instance_for(netbox_server), ramdisk, image)
+        say(f"NetBox {DEFAULT_RELEASE}: installing (the first time only: several minutes) and starting it")
+        netbox = netboxes.get(DEFAULT_RELEASE)
+        password = log_dir / "admin-password"
+        password.touch(mode=0o600)
+        password.write_text(netbox.admin_password + "\n")
+        say(f"NetBox {netbox.version} at {netbox.url} (user admin, its password in {password})")
+        with NetboxProxy(netbox.url) as proxy:
+            yield MetalParts(pxe_lab, server, instance_behind(proxy, netbox), ramdisk, image)
     finally:
-        netbox_server.stop()
+        netboxes.stop()
         pxe_lab.remove_servers([server])
 
 

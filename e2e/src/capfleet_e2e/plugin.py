@@ -6,7 +6,9 @@ The cluster starts lazily, once per session, and only when a test asks for it: u
 Configuration is by environment variable only:
 
 - CAPFLEET_TEST_KUBECONFIG=/path: use that kubeconfig's current context instead of a local control plane;
-- CAPFLEET_CACHE: where the Kubernetes binaries are cached (default ~/.cache/capfleet);
+- CAPFLEET_CACHE: where the Kubernetes binaries and NetBox releases are cached (default ~/.cache/capfleet);
+- CAPFLEET_NETBOX_SOURCES: a directory of NetBox release tarballs (netbox-<version>.tar.xz) to install
+  from instead of GitHub (default ../shared/vendor/netbox beside the repository, where CI has them);
 - CAPFLEET_ARTIFACTS: where component logs and the audit log go
   (default <repo>/_artifacts/<timestamp>-<pid>/).
 """
@@ -23,7 +25,9 @@ from capfleet_e2e.capi import CapiManagers
 from capfleet_e2e.capibin import ensure_capi_binaries
 from capfleet_e2e.controlplane import Cluster, ControlPlane, ExistingCluster
 from capfleet_e2e.crds import capi_module_dir
-from capfleet_e2e.kubebin import ensure_kube_binaries
+from capfleet_e2e.kubebin import artifacts_dir, ensure_kube_binaries
+from capfleet_e2e.netbox.fixtures import RealNetboxes
+from capfleet_e2e.netbox.releases import DEFAULT_RELEASE, RELEASES
 from capfleet_e2e.nodeimage.build import ensure_node_image
 
 EXISTING_KUBECONFIG_ENV = "CAPFLEET_TEST_KUBECONFIG"
@@ -58,6 +62,21 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         ensure_capi_binaries()
     if any("node_image" in getattr(item, "fixturenames", ()) for item in session.items):
         ensure_node_image()
+    releases = sorted({version for item in session.items for version in netbox_releases_of(item)})
+    if releases:
+        log_dir = artifacts_dir() / "netbox"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        RealNetboxes(log_dir).prepare(releases)
+
+
+def netbox_releases_of(item: pytest.Item) -> list[str]:
+    """The real NetBox releases a test will talk to (none if it uses no `netbox` fixture)."""
+    if "netbox" not in getattr(item, "fixturenames", ()):
+        return []
+    callspec = getattr(item, "callspec", None)
+    version = callspec.params.get("netbox") if callspec is not None else None
+    version = version or DEFAULT_RELEASE
+    return [version] if version in RELEASES else []
 
 
 def start_cluster() -> Cluster:
@@ -107,7 +126,7 @@ from capfleet_e2e.baremetal.ipmi import ipmi_bmcs  # noqa: E402
 from capfleet_e2e.fixtures import kube, namespace, run_operator  # noqa: E402  (fixtures of this plugin)
 from capfleet_e2e.hybrid_fixtures import hybrid_site  # noqa: E402
 from capfleet_e2e.libvirt.fixtures import hypervisors, test_image  # noqa: E402
-from capfleet_e2e.netbox.fixtures import netbox, netbox_server_factory  # noqa: E402
+from capfleet_e2e.netbox.fixtures import netbox, netbox_server_factory, real_netboxes  # noqa: E402
 from capfleet_e2e.node_fixtures import node_image, node_lab, node_site  # noqa: E402
 from capfleet_e2e.serviceaccounts import run_operator_as  # noqa: E402
 
@@ -129,6 +148,7 @@ __all__ = [
     "node_lab",
     "node_site",
     "pxe_lab",
+    "real_netboxes",
     "run_operator",
     "run_operator_as",
     "test_image",

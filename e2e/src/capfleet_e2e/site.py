@@ -197,21 +197,8 @@ def baremetal_env(pxe_lab: PxeLab, files: Path) -> tuple[dict[str, str], str]:
 
 
 def ensure_custom_fields(netbox: NetboxInstance) -> None:
-    """The custom fields capfleet relies on: owner (exact match), previous state and BMC address."""
-    client = netbox.client
-    wanted = {
-        OWNER_FIELD: (["dcim.device", "virtualization.virtualmachine", "ipam.ipaddress"], "exact"),
-        PREVIOUS_FIELD: (["dcim.device"], "loose"),
-        BMC_FIELD: (["dcim.device"], "loose"),
-    }
-    for name, (types, logic) in wanted.items():
-        found = client.list_all("extras/custom-fields/", name=name)
-        if not found:
-            body = {"name": name, "type": "text", "object_types": types, "filter_logic": logic}
-            client.create("extras/custom-fields/", body)
-        elif not set(types) <= set(found[0]["object_types"]):
-            merged = sorted({*found[0]["object_types"], *types})
-            client.update("extras/custom-fields/", found[0]["id"], {"object_types": merged})
+    """The custom fields and tag capfleet relies on, made as users make them: `capfleet netbox-setup`."""
+    netbox.run_setup()
 
 
 def record_servers(

@@ -22,20 +22,9 @@ class NetboxPrefixes:
     large: int  # a /28
 
 
-def ensure_owner_field_and_tag(netbox: NetboxInstance, filter_logic: str = "exact") -> None:
-    client = netbox.client
-    if not client.list_all("extras/custom-fields/", name=OWNER_FIELD):
-        client.create(
-            "extras/custom-fields/",
-            {
-                "name": OWNER_FIELD,
-                "type": "text",
-                "object_types": ["ipam.ipaddress"],
-                "filter_logic": filter_logic,
-            },
-        )
-    if not client.list_all("extras/tags/", slug="capfleet"):
-        client.create("extras/tags/", {"name": "capfleet", "slug": "capfleet"})
+def ensure_owner_field_and_tag(netbox: NetboxInstance) -> None:
+    """The owner field and the tag, made as users make them: `capfleet netbox-setup`."""
+    netbox.run_setup()
 
 
 def create_prefixes(netbox: NetboxInstance, second_octet: int) -> NetboxPrefixes:

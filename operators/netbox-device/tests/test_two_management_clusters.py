@@ -32,7 +32,7 @@ pytestmark = pytest.mark.integration
 PER_CLUSTER = 8
 
 
-@pytest.mark.parametrize("netbox", ["4.1.0", "4.6.0"], indirect=True)
+@pytest.mark.parametrize("netbox", ["4.4.10", "4.6.8"], indirect=True)
 async def test_two_instances_race_without_a_double_claim(
     kube: Kube, namespace: str, run_operator: RunOperator, netbox: NetboxInstance
 ) -> None:

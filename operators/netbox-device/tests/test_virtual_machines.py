@@ -28,7 +28,7 @@ from capfleet_e2e.waiting import eventually
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.parametrize("netbox", ["4.1.0", "4.6.0"], indirect=True)
+@pytest.mark.parametrize("netbox", ["4.4.10", "4.6.8"], indirect=True)
 async def test_register_link_update_and_delete(
     kube: Kube, namespace: str, run_operator: RunOperator, netbox: NetboxInstance
 ) -> None:

@@ -42,7 +42,7 @@ def authorization(token: str) -> str:
 @dataclass
 class NetboxClient:
     url: str
-    token: str
+    token: str = field(repr=False)
     timeout: float = 10.0
     suffix: str = ""
     created: list[tuple[str, int]] = field(default_factory=list)

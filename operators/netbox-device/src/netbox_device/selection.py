@@ -15,10 +15,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from capfleet import netboxschema
 from capfleet.api.netbox import DeviceClaim, DeviceSelector
 
-OWNER_FIELD = "capfleet_owner"
-PREVIOUS_FIELD = "capfleet_previous"
+OWNER_FIELD = netboxschema.OWNER.name
+PREVIOUS_FIELD = netboxschema.PREVIOUS.name
 BMC_FIELD = "bmc_address"
 DEFAULT_FREE_STATUS = "inventory"
 

@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from capfleet import errors, netbox
+from capfleet import errors, netbox, netboxschema
 from capfleet.api.ipam import NetboxIPPoolSpec
 
-OWNER_FIELD = "capfleet_owner"
+OWNER_FIELD = netboxschema.OWNER.name
 
 
 @dataclass(frozen=True)
@@ -133,21 +133,13 @@ class PynetboxAddressing:
 
     async def check(self, pool_targets: list[Target]) -> None:
         fields = await netbox.call(
-            "check-custom-field", lambda: list(self._api.extras.custom_fields.filter(name=OWNER_FIELD))
+            "check-custom-field",
+            lambda: [dict(f) for f in self._api.extras.custom_fields.filter(name=OWNER_FIELD)],
         )
-        if not fields:
-            raise errors.BackendRejected(
-                f"NetBox has no custom field {OWNER_FIELD}: create it (type text, object type IP address,"
-                " filter logic exact)",
-                reason="CustomFieldMissing",
-            )
-        logic = fields[0].filter_logic
-        logic = logic.get("value") if isinstance(logic, dict) else getattr(logic, "value", logic)
-        if logic != "exact":
-            raise errors.BackendRejected(
-                f"NetBox custom field {OWNER_FIELD} must use filter logic exact, not {logic}",
-                reason="CustomFieldMisconfigured",
-            )
+        problem = netboxschema.field_problem(fields, netboxschema.OWNER, netboxschema.IP_ADDRESS)
+        if problem:
+            reason = "CustomFieldMisconfigured" if fields else "CustomFieldMissing"
+            raise errors.BackendRejected(problem, reason=reason)
         self._parents.clear()
         for target in pool_targets:
             await self._parent(target)

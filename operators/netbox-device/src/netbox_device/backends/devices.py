@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from capfleet import errors, netbox
+from capfleet import errors, netbox, netboxschema
 from netbox_device.backends import rest
-from netbox_device.selection import OWNER_FIELD, PREVIOUS_FIELD
+from netbox_device.selection import OWNER_FIELD
 
 Record = dict[str, Any]
 
@@ -44,24 +44,6 @@ class Devices(Protocol):
     async def journal(self, device_id: int, kind: str, comments: str) -> None: ...
 
 
-def field_problem(
-    found: list[Any], name: str, needs_exact: bool, object_type: str = "dcim.device"
-) -> str | None:
-    """What is wrong with a custom field capfleet needs, from its `extras/custom-fields` records."""
-    if not found:
-        logic = ", filter logic exact" if needs_exact else ""
-        return f"NetBox has no custom field {name}: create it (type text, object type {object_type}{logic})"
-    record = dict(found[0])
-    types = record.get("object_types") or record.get("content_types") or []
-    if object_type not in types:
-        return f"NetBox custom field {name} does not apply to {object_type}: add that object type"
-    raw = record.get("filter_logic")
-    filter_logic = raw.get("value") if isinstance(raw, Mapping) else raw
-    if needs_exact and filter_logic != "exact":
-        return f"NetBox custom field {name} must use filter logic exact, not {filter_logic}"
-    return None
-
-
 class PynetboxDevices:
     """`Devices` over pynetbox, with ETags and If-Match through `rest`."""
 
@@ -74,11 +56,12 @@ class PynetboxDevices:
         version = await netbox.call("status", self._api.status)
         numbers = [int(p) for p in str(version.get("netbox-version", "0.0")).split("-")[0].split(".")[:2]]
         self.etags = tuple(numbers) >= (4, 6)
-        for name, exact in ((OWNER_FIELD, True), (PREVIOUS_FIELD, False)):
+        for wanted in (netboxschema.OWNER, netboxschema.PREVIOUS):
             found = await netbox.call(
-                "check-custom-field", lambda n=name: list(self._api.extras.custom_fields.filter(name=n))
+                "check-custom-field",
+                lambda n=wanted.name: [dict(f) for f in self._api.extras.custom_fields.filter(name=n)],
             )
-            problem = field_problem(found, name, exact)
+            problem = netboxschema.field_problem(found, wanted, netboxschema.DEVICE)
             if problem:
                 raise errors.BackendRejected(problem, reason="CustomFieldMissing")
 

@@ -10,12 +10,9 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from capfleet import errors, netbox
-from netbox_device.backends.devices import field_problem
-from netbox_device.selection import OWNER_FIELD
+from capfleet.netboxschema import IP_ADDRESS, OWNER, VIRTUAL_MACHINE, field_problem
 
 Record = dict[str, Any]
-VM = "virtualization.virtualmachine"
-IP = "ipam.ipaddress"
 
 
 class Machines(Protocol):
@@ -57,10 +54,11 @@ class PynetboxMachines:
         numbers = [int(p) for p in str(version.get("netbox-version", "0.0")).split("-")[0].split(".")[:2]]
         self.mac_objects = tuple(numbers) >= (4, 2)
         found = await netbox.call(
-            "check-custom-field", lambda: list(self._api.extras.custom_fields.filter(name=OWNER_FIELD))
+            "check-custom-field",
+            lambda: [dict(f) for f in self._api.extras.custom_fields.filter(name=OWNER.name)],
         )
         # The owner field marks the VM and the IPs created for it.
-        problem = field_problem(found, OWNER_FIELD, True, VM) or field_problem(found, OWNER_FIELD, True, IP)
+        problem = field_problem(found, OWNER, VIRTUAL_MACHINE) or field_problem(found, OWNER, IP_ADDRESS)
         if problem:
             raise errors.BackendRejected(problem, reason="CustomFieldMissing")
 

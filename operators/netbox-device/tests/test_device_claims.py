@@ -1,7 +1,7 @@
 """NetboxDevice on the real control plane: racing claims, release, lost status, NetBox outages.
 
-Runs against the NetBox API test server (both claim protocols: read-back before 4.6, If-Match from 4.6)
-or a real NetBox when CAPFLEET_NETBOX_URL and CAPFLEET_NETBOX_TOKEN are set (fault tests then skip).
+Runs against real NetBox 4.4.10 and 4.6.8, for both claim protocols: write, then read back, before 4.6;
+a conditional write (If-Match with the device's ETag) from 4.6.
 """
 
 from __future__ import annotations
@@ -78,6 +78,9 @@ async def test_twenty_claims_race_for_ten_devices(
         assert next(i for i in status["interfaces"] if i["name"] == "bmc")["mgmtOnly"] is True
     journal = netbox.client.list_all("extras/journal-entries/", assigned_object_type="dcim.device")
     assert len(journal) == 10
+    claims = [r for r in netbox.faults.requests("PATCH", "/api/dcim/devices/") if r.status == 200]
+    assert len(claims) >= 10
+    assert {r.conditional for r in claims} == {netbox.at_least("4.6")}, "If-Match exactly from NetBox 4.6"
 
     # A wiped status comes back identical, from the owner field in NetBox.
     name, before = next(iter(claimed.items()))

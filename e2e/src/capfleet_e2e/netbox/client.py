@@ -15,6 +15,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
+from multidict import CIMultiDict
+
 ParamValue = str | int | bool | list[str] | list[int]
 
 
@@ -31,7 +33,7 @@ class NetboxError(Exception):
 class Response:
     status: int
     body: Any
-    headers: dict[str, str]
+    headers: CIMultiDict[str]  # names are case-insensitive, as in HTTP
 
 
 def authorization(token: str) -> str:
@@ -43,7 +45,7 @@ def authorization(token: str) -> str:
 class NetboxClient:
     url: str
     token: str = field(repr=False)
-    timeout: float = 10.0
+    timeout: float = 60.0  # real NetBox takes seconds over a bulk write of a hundred objects
     suffix: str = ""
     created: list[tuple[str, int]] = field(default_factory=list)
 
@@ -76,9 +78,9 @@ class NetboxClient:
         )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as reply:
-                return Response(reply.status, _decode(reply.read()), dict(reply.headers))
+                return Response(reply.status, _decode(reply.read()), CIMultiDict(reply.headers.items()))
         except urllib.error.HTTPError as error:
-            return Response(error.code, _decode(error.read()), dict(error.headers))
+            return Response(error.code, _decode(error.read()), CIMultiDict(error.headers.items()))
 
     def call(self, method: str, path: str, body: Any = None, **params: ParamValue) -> Any:
         """The decoded body; NetboxError for a status ≥ 400."""

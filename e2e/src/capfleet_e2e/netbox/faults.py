@@ -52,6 +52,7 @@ class LoggedRequest:
     status: int
     at: float
     injected: bool
+    conditional: bool = False  # sent with If-Match
 
 
 class Faults:
@@ -83,8 +84,9 @@ class Faults:
 
     def record(self, request: web.Request, status: int, *, injected: bool) -> None:
         entry = LoggedRequest(
-            request.method, request.path, request.query_string, status, time.time(), injected
-        )
+            request.method, request.path, request.query_string, status, time.time(), injected,
+            conditional="If-Match" in request.headers,
+        )  # fmt: skip
         with self._lock:
             self._log.append(entry)
 

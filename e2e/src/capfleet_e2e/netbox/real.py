@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import secrets
 import shutil
+import signal
 import subprocess
 import tempfile
 import urllib.request
@@ -155,6 +156,7 @@ class RealNetbox:
 
     def stop(self) -> None:
         if self.server is not None:
+            self.server.process.send_signal(signal.SIGINT)  # gunicorn's quick shutdown, not the graceful one
             self.server.stop()
             self.server = None
         self.redis.stop()

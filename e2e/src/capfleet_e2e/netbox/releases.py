@@ -191,6 +191,16 @@ def install_packages(rel: Release, tree: Path, site: Path) -> None:
     run(argv, f"installing NetBox {rel.version}'s packages")
 
 
+def compile_bytecode(rel: Release) -> None:
+    """Byte-compile NetBox and its packages with the release's Python, once: each start is faster."""
+    paths = [rel.seen_by_netbox(rel.opt / "site"), rel.seen_by_netbox(rel.opt / "netbox" / "netbox")]
+    run(
+        command(rel, ["python3", "-m", "compileall", "-q", "-j", "0", *paths]),
+        "compileall",
+        env=environment(rel, {}),
+    )
+
+
 def make_trixie(root: Path) -> None:
     argv = ["mmdebstrap", "--mode=root", "--variant=minbase", "--format=directory", "--include=python3"]
     argv += ['--customize-hook=rm -f "$1/etc/hostname" "$1/etc/resolv.conf"', "trixie", str(root)]
@@ -217,6 +227,7 @@ def ensure_release(version: str, log_dir: Path) -> Release:
         rel.opt.mkdir(parents=True, exist_ok=True)
         fetch_source(rel, rel.opt)
         install_packages(rel, rel.opt / "netbox", rel.opt / "site")
+        compile_bytecode(rel)
         (rel.opt / "conf").mkdir()
         (rel.opt / "conf" / f"{CONFIGURATION_MODULE}.py").write_text(CONFIGURATION)
         migrate_and_dump(rel, log_dir)

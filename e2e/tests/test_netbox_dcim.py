@@ -1,28 +1,17 @@
-"""The NetBox API test server's DCIM, virtualization and journal parts, seeding and the CLI.
+"""What netbox-device relies on in NetBox's DCIM, virtualization and journal APIs, and the seeding helper.
 
-What netbox-device needs: device selection filters, OOB and primary IPs, both MAC models (the plain
-interface field before NetBox 4.2, MAC address objects from 4.2), journal entries, VMs with interfaces,
-and NetBox's cascades when a device or VM is deleted.
+Device selection filters, OOB and primary IPs, MAC address objects (NetBox ≥ 4.2), journal entries, VMs
+with interfaces, and NetBox's cascades when a device or VM is deleted; against real NetBox.
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import time
-from pathlib import Path
 from typing import Any
 
 import pynetbox
-import pytest
-import yaml
 
-from capfleet_e2e.netbox.client import NetboxClient
-from capfleet_e2e.netbox.config import parse_version
 from capfleet_e2e.netbox.fixtures import NetboxInstance
 from capfleet_e2e.netbox.seed import Seeded, apply_seed
-from capfleet_e2e.processes import free_port
 
 INVENTORY: dict[str, Any] = {
     "tenants": [{"name": "fleet", "slug": "fleet"}],
@@ -131,29 +120,7 @@ def test_oob_and_primary_ips_must_be_on_the_devices_own_interfaces(netbox: Netbo
     )
 
 
-@pytest.mark.parametrize("netbox", ["4.1.0"], indirect=True)
-def test_mac_addresses_before_4_2_are_a_plain_interface_field(netbox: NetboxInstance) -> None:
-    seeded = seed(netbox)
-    interfaces = netbox.client.list_all("dcim/interfaces", device_id=seeded.id("devices", "node-1"))
-    assert {i["name"]: i["mac_address"] for i in interfaces} == {
-        "bmc": "52:54:00:AA:00:01",
-        "eth0": "52:54:00:00:00:01",
-    }
-    assert "mac_addresses" not in interfaces[0]
-    assert "primary_mac_address" not in interfaces[0]
-    eth0 = next(i for i in interfaces if i["name"] == "eth0")
-    changed = netbox.client.update("dcim/interfaces", eth0["id"], {"mac_address": "52-54-00-00-00-02"})
-    assert changed["mac_address"] == "52:54:00:00:00:02"
-    assert [i["id"] for i in netbox.client.list_all("dcim/interfaces", mac_address="52:54:00:00:00:02")] == [
-        eth0["id"]
-    ]
-    if not netbox.real:
-        assert netbox.client.request("GET", "dcim/mac-addresses").status == 404
-
-
 def test_mac_addresses_from_4_2_are_objects(netbox: NetboxInstance) -> None:
-    if parse_version(netbox.version) < (4, 2, 0):
-        pytest.skip("MAC address objects came with NetBox 4.2")
     seeded = seed(netbox)
     interfaces = netbox.client.list_all("dcim/interfaces", device_id=seeded.id("devices", "node-1"))
     eth0 = next(i for i in interfaces if i["name"] == "eth0")
@@ -243,25 +210,3 @@ def test_virtual_machines_with_interfaces_and_primary_ips(netbox: NetboxInstance
     assert duplicate.body == {"__all__": ["Virtual machine name must be unique per cluster."]}
     client.delete("virtualization/virtual-machines", vm["id"])
     assert client.request("GET", f"ipam/ip-addresses/{ip['id']}").status == 404
-
-
-def test_the_command_line_server_seeds_from_yaml(tmp_path: Path) -> None:
-    seed_file = tmp_path / "seed.yaml"
-    seed_file.write_text(yaml.safe_dump({"tenants": [{"name": "cli", "slug": "cli"}]}))
-    port = free_port()
-    token = "0123456789abcdef0123456789abcdef01234567"
-    argv = [sys.executable, "-m", "capfleet_e2e.netbox", "--port", str(port), "--seed", str(seed_file),
-            "--token", token, "--version", "4.2.1"]  # fmt: skip
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as process:
-        try:
-            assert process.stdout is not None
-            started = time.monotonic()
-            info = json.loads(process.stdout.readline())
-            assert info["url"] == f"http://127.0.0.1:{port}"
-            assert time.monotonic() - started < 10
-            client = NetboxClient(info["url"], token)
-            assert client.status()["netbox-version"] == "4.2.1"
-            assert [t["slug"] for t in client.list_all("tenancy/tenants")] == ["cli"]
-        finally:
-            process.terminate()
-            process.wait(timeout=10)

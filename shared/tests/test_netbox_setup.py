@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from capfleet import netbox
-from capfleet.netboxschema import BMC_ADDRESS, FIELDS, OWNER, PREVIOUS, field_problem, plan
+from capfleet.netboxschema import BMC_ADDRESS, FIELDS, OWNER, PREVIOUS, field_problem, plan, release_problem
 from capfleet.netboxsetup import main, setup
 from capfleet_e2e.netbox.fixtures import NetboxInstance
 
@@ -125,3 +125,14 @@ def test_a_read_only_token_is_refused_with_a_clear_message(
     err = capsys.readouterr().err
     assert "refused the token (403)" in err
     assert netbox.read_only_token not in err
+
+
+@pytest.mark.parametrize(
+    ("version", "supported"),
+    [("4.1.11", False), ("4.2.0", True), ("4.4.10", True), ("4.6.8-Docker-3.3", True), ("", False)],
+)
+def test_releases_before_4_2_are_refused_by_name(version: str, supported: bool) -> None:
+    problem = release_problem({"netbox-version": version})
+    assert (problem is None) == supported
+    if problem:
+        assert "older than 4.2, the oldest release capfleet supports" in problem

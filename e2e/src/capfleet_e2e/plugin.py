@@ -126,7 +126,7 @@ from capfleet_e2e.baremetal.ipmi import ipmi_bmcs  # noqa: E402
 from capfleet_e2e.fixtures import kube, namespace, run_operator  # noqa: E402  (fixtures of this plugin)
 from capfleet_e2e.hybrid_fixtures import hybrid_site  # noqa: E402
 from capfleet_e2e.libvirt.fixtures import hypervisors, test_image  # noqa: E402
-from capfleet_e2e.netbox.fixtures import netbox, netbox_server_factory, real_netboxes  # noqa: E402
+from capfleet_e2e.netbox.fixtures import netbox, real_netboxes  # noqa: E402
 from capfleet_e2e.node_fixtures import node_image, node_lab, node_site  # noqa: E402
 from capfleet_e2e.serviceaccounts import run_operator_as  # noqa: E402
 
@@ -143,7 +143,6 @@ __all__ = [
     "namespace",
     "netboot_image",
     "netbox",
-    "netbox_server_factory",
     "node_image",
     "node_lab",
     "node_site",

@@ -72,8 +72,6 @@ class OneDevice:
 class FakeMachines:
     """NetBox's VM endpoints in memory: records by endpoint, filtered by exact field values."""
 
-    mac_objects = True
-
     def __init__(self) -> None:
         self.records: dict[str, dict[int, dict[str, Any]]] = {}
 

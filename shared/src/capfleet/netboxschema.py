@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 SETUP_COMMAND = "capfleet netbox-setup --url <NetBox URL> (token in NETBOX_TOKEN)"
+# MAC addresses became objects of their own in NetBox 4.2; capfleet writes them only that way.
+OLDEST_SUPPORTED = (4, 2)
 DEVICE = "dcim.device"
 VIRTUAL_MACHINE = "virtualization.virtualmachine"
 IP_ADDRESS = "ipam.ipaddress"
@@ -59,6 +61,26 @@ BMC_ADDRESS = CustomField(
 )
 FIELDS = (OWNER, PREVIOUS, BMC_ADDRESS)
 TAG = {"name": "capfleet", "slug": "capfleet", "description": "Objects created by capfleet"}
+
+
+def release(status: Mapping[str, Any]) -> tuple[int, int]:
+    """(major, minor) of the NetBox whose /api/status/ answer this is; (0, 0) when it does not say."""
+    text = str(status.get("netbox-version") or "0.0").split("-")[0]
+    try:
+        major, minor = (int(part) for part in text.split(".")[:2])
+    except ValueError:
+        return (0, 0)
+    return (major, minor)
+
+
+def release_problem(status: Mapping[str, Any]) -> str | None:
+    """Why capfleet cannot work with this NetBox release, or None."""
+    found = release(status)
+    if found < OLDEST_SUPPORTED:
+        oldest = ".".join(map(str, OLDEST_SUPPORTED))
+        version = status.get("netbox-version")
+        return f"NetBox {version} is older than {oldest}, the oldest release capfleet supports"
+    return None
 
 
 def value(raw: Any) -> Any:

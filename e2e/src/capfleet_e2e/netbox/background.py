@@ -1,8 +1,8 @@
 """An aiohttp application on 127.0.0.1 served from a thread of the test process, that can vanish and return.
 
-Both NetBox stand-ins of the tests use it: the fault-injecting proxy in front of a real NetBox (proxy.py)
-and the API emulator (server.py). `down()` closes the listening socket and every open connection, so
-clients see "connection refused" as with a NetBox that is gone; `up()` listens again on the same port.
+The fault-injecting proxy in front of a real NetBox (proxy.py) is one. `down()` closes the listening
+socket and every open connection, so clients see "connection refused" as with a NetBox that is gone;
+`up()` listens again on the same port.
 """
 
 from __future__ import annotations

@@ -4,27 +4,21 @@ None of this is part of NetBox's API. Rules match requests by method and path pr
 them, answer them with a given status (before authentication, as a proxy or a dying gunicorn would), or
 both, for the next N matching requests or until cleared. Every request to the API is logged, so a test can
 assert that a client backed off instead of retrying in a storm.
-
-Over HTTP the same controls live under `/__capfleet__/` and need the admin secret in the
-`X-Capfleet-Admin` header (for a server started with `python -m capfleet_e2e.netbox`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import threading
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
-ADMIN_PREFIX = "/__capfleet__/"
-ADMIN_HEADER = "X-Capfleet-Admin"
-DEFAULT_FAULT_BODY = {"detail": "Fault injected by the capfleet NetBox test server."}
+DEFAULT_FAULT_BODY = {"detail": "Fault injected by the capfleet NetBox proxy."}
 
 
 @dataclass
@@ -116,8 +110,6 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 def faults_middleware(faults: Faults) -> Any:
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path.startswith(ADMIN_PREFIX):
-            return await handler(request)
         rules = faults.take(request.method, request.path)
         delay = sum(rule.delay for rule in rules)
         if delay:
@@ -138,49 +130,3 @@ def faults_middleware(faults: Faults) -> Any:
             faults.record(request, status, injected=False)
 
     return middleware
-
-
-def admin_routes(faults: Faults, secret: str, outage: Callable[[float], None]) -> list[web.RouteDef]:
-    """`/__capfleet__/` endpoints: faults (POST, DELETE), requests (GET, DELETE), outage (POST)."""
-
-    def check(request: web.Request) -> None:
-        given = request.headers.get(ADMIN_HEADER, "")
-        if not hmac.compare_digest(given.encode(), secret.encode()):
-            raise web.HTTPForbidden(text="admin secret required")
-
-    async def add_fault(request: web.Request) -> web.Response:
-        check(request)
-        try:
-            fault = faults.add(Fault(**await request.json()))
-        except TypeError as error:
-            raise web.HTTPBadRequest(text=str(error)) from None
-        return web.json_response(asdict(fault), status=201)
-
-    async def clear_faults(request: web.Request) -> web.Response:
-        check(request)
-        faults.clear()
-        return web.Response(status=204)
-
-    async def get_requests(request: web.Request) -> web.Response:
-        check(request)
-        log = [asdict(r) for r in faults.requests()]
-        return web.json_response({"count": len(log), "by_endpoint": faults.by_endpoint(), "requests": log})
-
-    async def reset_requests(request: web.Request) -> web.Response:
-        check(request)
-        faults.reset_log()
-        return web.Response(status=204)
-
-    async def start_outage(request: web.Request) -> web.Response:
-        check(request)
-        seconds = float((await request.json()).get("seconds", 5))
-        asyncio.get_running_loop().call_later(0.05, outage, seconds)
-        return web.json_response({"down_for": seconds}, status=202)
-
-    return [
-        web.post(f"{ADMIN_PREFIX}faults", add_fault),
-        web.delete(f"{ADMIN_PREFIX}faults", clear_faults),
-        web.get(f"{ADMIN_PREFIX}requests", get_requests),
-        web.delete(f"{ADMIN_PREFIX}requests", reset_requests),
-        web.post(f"{ADMIN_PREFIX}outage", start_outage),
-    ]

@@ -3,10 +3,7 @@
 - `netbox`: an empty real NetBox (4.4.10 unless parametrized indirectly, e.g.
   `@pytest.mark.parametrize("netbox", ["4.4.10", "4.6.8"], indirect=True)`), reached through a
   `NetboxProxy` of its own; `faults` makes it slow, failing or gone. Each release runs once per session
-  (real.py); between tests its database is replaced by a fresh copy. A version the harness does not
-  install (releases.RELEASES) is served by the API emulator instead (server.py): NetBox 4.1, whose
-  MAC-address field capfleet still supports, and 4.5 for the emulator's own tests.
-- `netbox_server_factory`: start extra emulated servers with any configuration; all stopped after the test.
+  (real.py); between tests its database is replaced by a fresh copy.
 - `real_netboxes`: the session's running releases (`get(version)` starts one on first use).
 """
 
@@ -16,10 +13,10 @@ import asyncio
 import concurrent.futures
 import io
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import pytest
 import yaml
@@ -28,34 +25,20 @@ from capfleet.netbox import Connection
 from capfleet.netboxsetup import setup
 from capfleet_e2e.kubebin import artifacts_dir
 from capfleet_e2e.netbox.client import NetboxClient
-from capfleet_e2e.netbox.config import ApiToken, ServerConfig, parse_version
-from capfleet_e2e.netbox.faults import Fault, Faults, LoggedRequest
+from capfleet_e2e.netbox.faults import Fault, LoggedRequest
 from capfleet_e2e.netbox.proxy import NetboxProxy
 from capfleet_e2e.netbox.real import RealNetbox, start_real_netbox
-from capfleet_e2e.netbox.releases import DEFAULT_RELEASE, RELEASES, ensure_release
+from capfleet_e2e.netbox.releases import DEFAULT_RELEASE, RELEASES, ensure_release, parse_version
 from capfleet_e2e.netbox.seed import Seeded, apply_seed
-from capfleet_e2e.netbox.server import NetboxTestServer
 
 log = logging.getLogger(__name__)
 
 
-class FaultySite(Protocol):
-    """What fault injection needs of the site a test talks to: the proxy, or the emulator."""
-
-    faults: Faults
-
-    def down(self) -> None: ...
-
-    def up(self) -> None: ...
-
-    def outage(self, seconds: float) -> None: ...
-
-
 @dataclass(frozen=True)
 class NetboxFaults:
-    """Fault injection and the request log of the proxy or emulator a test talks to (see faults.py)."""
+    """Fault injection and the request log of the proxy a test talks to (see faults.py)."""
 
-    server: FaultySite
+    server: NetboxProxy
 
     def fail(
         self,
@@ -117,7 +100,6 @@ class NetboxInstance:
     faults: NetboxFaults = field(repr=False)
     v2_token: str | None = field(default=None, repr=False)
     read_only_token: str | None = field(default=None, repr=False)
-    server: NetboxTestServer | None = None  # the emulator, when it is one
 
     def at_least(self, version: str) -> bool:
         return parse_version(self.version) >= parse_version(version)
@@ -139,27 +121,6 @@ class NetboxInstance:
             data = yaml.safe_load(data.read_text()) or {}
         assert isinstance(data, dict)
         return apply_seed(self.client, data)
-
-
-def config_with_tokens(version: str, **settings: Any) -> ServerConfig:
-    """A config with a read-write v1 token (first), a read-only v1 token and a read-write v2 token."""
-    tokens = [ApiToken.new_v1(), ApiToken.new_v1(write_enabled=False), ApiToken.new_v2()]
-    return ServerConfig(version=version, tokens=tokens, **settings)
-
-
-def instance_for(server: NetboxTestServer) -> NetboxInstance:
-    tokens = server.config.tokens
-    return NetboxInstance(
-        url=server.url,
-        token=server.token,
-        version=server.config.version,
-        real=False,
-        client=NetboxClient(server.url, server.token),
-        faults=NetboxFaults(server),
-        server=server,
-        v2_token=next((t.credential for t in tokens if t.is_v2 and t.write_enabled), None),
-        read_only_token=next((t.credential for t in tokens if not t.write_enabled), None),
-    )
 
 
 def instance_behind(proxy: NetboxProxy, netbox: RealNetbox) -> NetboxInstance:
@@ -213,15 +174,10 @@ def real_netboxes() -> Iterator[RealNetboxes]:
 
 @pytest.fixture
 def netbox(request: pytest.FixtureRequest, real_netboxes: RealNetboxes) -> Iterator[NetboxInstance]:
-    """An empty NetBox for this test: a real release behind its own proxy, or the emulator (see above)."""
+    """An empty NetBox for this test: a real release behind a proxy of its own."""
     version: str = getattr(request, "param", None) or DEFAULT_RELEASE
     if version not in RELEASES:
-        server = NetboxTestServer(config_with_tokens(version)).start()
-        try:
-            yield instance_for(server)
-        finally:
-            server.stop()
-        return
+        raise ValueError(f"the harness runs NetBox {', '.join(RELEASES)}, not {version}")
     real = real_netboxes.get(version)
     real.reset()
     proxy = NetboxProxy(real.url).start()
@@ -229,18 +185,3 @@ def netbox(request: pytest.FixtureRequest, real_netboxes: RealNetboxes) -> Itera
         yield instance_behind(proxy, real)
     finally:
         proxy.stop()
-
-
-@pytest.fixture
-def netbox_server_factory() -> Iterator[Callable[..., NetboxInstance]]:
-    """`start(version="4.5.0", **ServerConfig settings)` → a NetboxInstance on its own emulated server."""
-    servers: list[NetboxTestServer] = []
-
-    def start(version: str = "4.5.0", **settings: Any) -> NetboxInstance:
-        server = NetboxTestServer(config_with_tokens(version, **settings)).start()
-        servers.append(server)
-        return instance_for(server)
-
-    yield start
-    for server in servers:
-        server.stop()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -109,6 +110,15 @@ RELEASES = {
     "4.6.8": Release("4.6.8", python="3.13", trixie=True),
 }
 DEFAULT_RELEASE = "4.4.10"
+
+
+def parse_version(version: str) -> tuple[int, int, int]:
+    """'4.4.10' → (4, 4, 10); a missing patch level counts as 0, suffixes like '-beta1' are ignored."""
+    match = re.match(r"^v?(\d+)\.(\d+)(?:\.(\d+))?", version.strip())
+    if not match:
+        raise ValueError(f"not a NetBox version: {version!r}")
+    major, minor, patch = match.groups()
+    return int(major), int(minor), int(patch or 0)
 
 
 def release(version: str) -> Release:

@@ -28,7 +28,6 @@ from collections import defaultdict
 from typing import Any
 
 from capfleet_e2e.netbox.client import NetboxClient
-from capfleet_e2e.netbox.config import parse_version
 
 # kind → (endpoint, key field, {reference field: referenced kind})
 KINDS: dict[str, tuple[str, str, dict[str, str]]] = {
@@ -117,14 +116,13 @@ def apply_seed(client: NetboxClient, data: dict[str, Any]) -> Seeded:
     unknown = set(data) - set(KINDS)
     if unknown:
         raise ValueError(f"unknown seed sections: {sorted(unknown)}")
-    version = parse_version(client.status()["netbox-version"])
     seeded = Seeded()
     for kind, (endpoint, key, _) in KINDS.items():
         for item in data.get(kind) or []:
             created = client.create(endpoint, prepare(kind, item, seeded, client))
             seeded[kind][str(item[key])] = created
             if kind in INTERFACES:
-                seed_interfaces(client, seeded, kind, item, created, mac_objects=version >= (4, 2, 0))
+                seed_interfaces(client, seeded, kind, item, created)
     return seeded
 
 
@@ -134,8 +132,6 @@ def seed_interfaces(
     kind: str,
     item: dict[str, Any],
     parent: dict[str, Any],
-    *,
-    mac_objects: bool,
 ) -> None:
     """A device's or VM's interfaces with their MACs and IPs, then its primary and OOB IPs."""
     endpoint, parent_field, label = INTERFACES[kind]
@@ -148,10 +144,8 @@ def seed_interfaces(
             {k: v for k, v in spec.items() if k not in ("ip_addresses", "mac_address", "name", "type")}
         )
         mac = spec.get("mac_address")
-        if mac and not mac_objects:
-            body["mac_address"] = mac
         interface = client.create(endpoint, body)
-        if mac and mac_objects:
+        if mac:
             mac_object = client.create(
                 "dcim/mac-addresses",
                 {"mac_address": mac, "assigned_object_type": label, "assigned_object_id": interface["id"]},

@@ -94,9 +94,6 @@ async def set_mac(nb: Machines, interface: Record, mac: str | None) -> None:
     if not mac or records.mac_of(interface) == mac.upper():
         return
     pk = int(interface["id"])
-    if not nb.mac_objects:
-        await nb.update(INTERFACES, pk, {"mac_address": mac})
-        return
     found = [
         m for m in await nb.list(MACS, vminterface_id=pk) if str(m["mac_address"]).upper() == mac.upper()
     ]

@@ -44,6 +44,15 @@ class Devices(Protocol):
     async def journal(self, device_id: int, kind: str, comments: str) -> None: ...
 
 
+async def check_release(api: Any) -> tuple[int, int]:
+    """NetBox's (major, minor); `BackendRejected` when capfleet does not support that release."""
+    status = await netbox.call("status", api.status)
+    problem = netboxschema.release_problem(status)
+    if problem:
+        raise errors.BackendRejected(problem, reason="NetBoxVersionUnsupported")
+    return netboxschema.release(status)
+
+
 class PynetboxDevices:
     """`Devices` over pynetbox, with ETags and If-Match through `rest`."""
 
@@ -53,9 +62,7 @@ class PynetboxDevices:
         self._tenants: dict[str, int] = {}
 
     async def check(self) -> None:
-        version = await netbox.call("status", self._api.status)
-        numbers = [int(p) for p in str(version.get("netbox-version", "0.0")).split("-")[0].split(".")[:2]]
-        self.etags = tuple(numbers) >= (4, 6)
+        self.etags = await check_release(self._api) >= (4, 6)
         for wanted in (netboxschema.OWNER, netboxschema.PREVIOUS):
             found = await netbox.call(
                 "check-custom-field",

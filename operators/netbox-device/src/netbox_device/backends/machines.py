@@ -11,15 +11,13 @@ from typing import Any, Protocol
 
 from capfleet import errors, netbox
 from capfleet.netboxschema import IP_ADDRESS, OWNER, VIRTUAL_MACHINE, field_problem
+from netbox_device.backends.devices import check_release
 
 Record = dict[str, Any]
 
 
 class Machines(Protocol):
     """Every method raises `CapfleetError`s (see capfleet.netbox)."""
-
-    mac_objects: bool
-    """Whether MACs are objects in dcim/mac-addresses (NetBox ≥ 4.2); known after `check`."""
 
     async def check(self) -> None:
         """Raise unless the token works and the owner custom field applies to VMs."""
@@ -42,7 +40,6 @@ class PynetboxMachines:
 
     def __init__(self, api: Any) -> None:
         self._api = api
-        self.mac_objects = True
         self._ids: dict[tuple[str, str], int] = {}
 
     def _endpoint(self, endpoint: str) -> Any:
@@ -50,9 +47,7 @@ class PynetboxMachines:
         return getattr(getattr(self._api, app), name.replace("-", "_"))
 
     async def check(self) -> None:
-        version = await netbox.call("status", self._api.status)
-        numbers = [int(p) for p in str(version.get("netbox-version", "0.0")).split("-")[0].split(".")[:2]]
-        self.mac_objects = tuple(numbers) >= (4, 2)
+        await check_release(self._api)
         found = await netbox.call(
             "check-custom-field",
             lambda: [dict(f) for f in self._api.extras.custom_fields.filter(name=OWNER.name)],

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import http.cookiejar
+import re
 import urllib.error
 import urllib.parse
+import urllib.request
 
 import pytest
 
@@ -74,3 +77,31 @@ def test_faults_are_answered_by_the_proxy_and_outages_refuse_connections(netbox:
         netbox.client.status()
     netbox.faults.up()
     assert netbox.client.status()["netbox-version"] == netbox.version
+
+
+def test_the_web_ui_signs_the_admin_in_and_lists_what_the_api_made(
+    netbox: NetboxInstance, real_netboxes: RealNetboxes
+) -> None:
+    netbox.client.create("dcim/sites/", {"name": "dc-web", "slug": "dc-web"})
+    cookies = http.cookiejar.CookieJar()
+    browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(cookies))
+    with browser.open(f"{netbox.url}/login/", timeout=60) as page:
+        login = page.read().decode()
+    stylesheet = re.search(r'href="(/static/[^"]+\.css)', login)
+    assert stylesheet is not None, "the login page links its style sheet"
+    with browser.open(f"{netbox.url}{stylesheet.group(1)}", timeout=60) as css:
+        assert css.status == 200
+        assert len(css.read()) > 10_000
+    csrf = next(c.value for c in cookies if c.name == "csrftoken")
+    form = urllib.parse.urlencode({
+        "csrfmiddlewaretoken": csrf,
+        "username": "admin",
+        "password": real_netboxes.get(netbox.version).admin_password,
+        "next": "/dcim/sites/",
+    }).encode()  # fmt: skip
+    request = urllib.request.Request(
+        f"{netbox.url}/login/", data=form, headers={"Referer": f"{netbox.url}/login/"}
+    )
+    with browser.open(request, timeout=60) as sites:
+        assert urllib.parse.urlsplit(sites.url).path == "/dcim/sites/"
+        assert "dc-web" in sites.read().decode()

@@ -215,8 +215,10 @@ def metal_parts(pxe_lab: PxeLab, image: NodeImage) -> Iterator[MetalParts]:
         password = log_dir / "admin-password"
         password.touch(mode=0o600)
         password.write_text(netbox.admin_password + "\n")
-        say(f"NetBox {netbox.version} at {netbox.url} (user admin, its password in {password})")
-        with NetboxProxy(netbox.url) as proxy:
+        with NetboxProxy(netbox.url, static=netbox.static) as proxy:
+            say(
+                f"NetBox {netbox.version}, web UI and API at {proxy.url} (user admin, password in {password})"
+            )
             yield MetalParts(pxe_lab, server, instance_behind(proxy, netbox), ramdisk, image)
     finally:
         netboxes.stop()

@@ -180,7 +180,7 @@ def netbox(request: pytest.FixtureRequest, real_netboxes: RealNetboxes) -> Itera
         raise ValueError(f"the harness runs NetBox {', '.join(RELEASES)}, not {version}")
     real = real_netboxes.get(version)
     real.reset()
-    proxy = NetboxProxy(real.url).start()
+    proxy = NetboxProxy(real.url, static=real.static).start()
     try:
         yield instance_behind(proxy, real)
     finally:

@@ -4,10 +4,13 @@ Tests point the operators at the proxy, never at NetBox itself, and inject fault
 ever (faults.py): a status for the next N matching requests (answered by the proxy, as a dying gunicorn or
 a load balancer would, without reaching NetBox), a delay before forwarding, an outage (`down()`, `up()`,
 `outage(seconds)`: connections refused). The request's Host header is passed on, so the URLs NetBox puts
-in its answers (`url`, pagination's `next`) lead back through the proxy.
+in its answers (`url`, pagination's `next`) lead back through the proxy. It also serves the web UI's
+static files, which NetBox leaves to the web server in front of it.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import aiohttp
 from aiohttp import web
@@ -32,9 +35,11 @@ class NetboxProxy(BackgroundSite):
 
     thread_name = "netbox-proxy"
 
-    def __init__(self, upstream: str, port: int = 0):
+    def __init__(self, upstream: str, port: int = 0, static: Path | None = None):
+        """`static`: the web UI's files, served under /static/ as the web server in front of NetBox would."""
         super().__init__(port)
         self.upstream = upstream.rstrip("/")
+        self.static = static
         self.faults = Faults()
         self._session: aiohttp.ClientSession | None = None
 
@@ -44,6 +49,8 @@ class NetboxProxy(BackgroundSite):
 
     def make_app(self) -> web.Application:
         app = web.Application(middlewares=[faults_middleware(self.faults)], client_max_size=64 * 1024**2)
+        if self.static is not None:
+            app.router.add_static("/static/", self.static)
         app.router.add_route("*", "/{path:.*}", self.forward)
         app.on_cleanup.append(self._close_session)
         return app

@@ -18,7 +18,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from capfleet_e2e.netbox.releases import Release, command, environment, manage_py
+from capfleet_e2e.netbox.releases import Release, command, environment, manage_py, static_dir
 from capfleet_e2e.netbox.services import Postgres, Redis
 from capfleet_e2e.processes import Component, ComponentError, free_port, wait_for
 
@@ -84,6 +84,10 @@ class RealNetbox:
     @property
     def version(self) -> str:
         return self.release.version
+
+    @property
+    def static(self) -> Path:
+        return static_dir(self.release)
 
     @property
     def url(self) -> str:

@@ -227,6 +227,8 @@ def ensure_release(version: str, log_dir: Path) -> Release:
     rel = release(version)
     with cache_lock(rel.directory.with_suffix(".lock")):
         if rel.stamp.is_file() and rel.stamp.read_text().strip() == recipe(rel) and rel.dump.is_file():
+            if not static_dir(rel).is_dir():
+                collect_static(rel)
             return rel
         if os.geteuid() != 0:
             raise HarnessError(f"installing NetBox {version} for the tests needs root")
@@ -240,9 +242,27 @@ def ensure_release(version: str, log_dir: Path) -> Release:
         compile_bytecode(rel)
         (rel.opt / "conf").mkdir()
         (rel.opt / "conf" / f"{CONFIGURATION_MODULE}.py").write_text(CONFIGURATION)
+        collect_static(rel)
         migrate_and_dump(rel, log_dir)
         rel.stamp.write_text(recipe(rel) + "\n")
         return rel
+
+
+def static_dir(rel: Release) -> Path:
+    """The web pages' style sheets, scripts and images, gathered by collectstatic (NetBox's STATIC_ROOT)."""
+    return rel.opt / "netbox" / "netbox" / "static"
+
+
+def collect_static(rel: Release) -> None:
+    """Gather the web UI's static files, which NetBox leaves to a web server in front of it (the proxy)."""
+    unused = dict.fromkeys(("NETBOX_DATABASE", "NETBOX_DATABASE_PORT", "NETBOX_REDIS_PORT"), "0")
+    settings = {
+        **unused,
+        "NETBOX_SECRET_KEY": os.urandom(32).hex() * 2,
+        "NETBOX_TOKEN_PEPPER": os.urandom(32).hex() * 2,
+    }
+    argv = command(rel, ["python3", manage_py(rel), "collectstatic", "--no-input", "--verbosity", "0"])
+    run(argv, f"NetBox {rel.version}'s collectstatic", env=environment(rel, settings))
 
 
 def migrate_and_dump(rel: Release, log_dir: Path) -> None:

@@ -43,6 +43,7 @@ async def test_twenty_claims_race_for_ten_devices(
     }  # fmt: skip
     busy = {"name": "busy", "site": "dc1", "role": "server", "device_type": "m1", "status": "active"}
     seed_inventory(netbox, 10, extra=[rival, busy])
+    netbox.faults.reset_log()  # from here on, only the operator's requests
     await create_connection_secret(kube, namespace, netbox)
     run_operator("netbox_device", namespaces=[namespace], env=OPERATOR_ENV)
     names = [f"m{i:02d}" for i in range(20)]

@@ -26,6 +26,7 @@ from capfleet import errors, netbox
 from capfleet.netboxschema import Change, plan
 
 TOKEN_ENV = "NETBOX_TOKEN"
+REQUEST_TIMEOUT = 30.0  # a one-off by a person or a deployment job: patient with a busy NetBox
 
 
 async def current(api: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -46,7 +47,7 @@ async def apply(api: Any, change: Change) -> None:
 
 
 async def setup(connection: netbox.Connection, *, check_only: bool, out: Any = sys.stdout) -> int:
-    api = netbox.open_api(connection)
+    api = netbox.open_api(connection, timeout=REQUEST_TIMEOUT)
     fields, tags = await current(api)
     changes, unfixable = plan(fields, tags)
     for change in changes:

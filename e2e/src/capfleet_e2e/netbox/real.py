@@ -8,6 +8,7 @@ the same tokens; NetBox opens a database connection per request, so the running 
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import secrets
 import shutil
@@ -27,6 +28,11 @@ DATABASE = "netbox"
 START_TIMEOUT = 300.0
 WORKERS = 2
 THREADS = 4
+WARM_UP_ENDPOINTS = (
+    "extras/custom-fields", "extras/tags", "extras/journal-entries", "tenancy/tenants", "dcim/devices",
+    "dcim/interfaces", "dcim/mac-addresses", "ipam/vrfs", "ipam/prefixes", "ipam/ip-ranges",
+    "ipam/ip-addresses", "virtualization/virtual-machines", "virtualization/interfaces",
+)  # fmt: skip
 
 # Run by `manage.py shell` in the template database: the admin user and the session's tokens.
 CREATE_TOKENS = """
@@ -132,7 +138,23 @@ class RealNetbox:
             f"netbox-{self.version}", command(self.release, gunicorn), self.log_dir, env, inherit_env=False
         )
         wait_for(f"NetBox {self.version} to answer", self._answers, START_TIMEOUT, watch=[self.server])
+        self._warm_up()
         return self
+
+    def _warm_up(self) -> None:
+        """A few rounds of concurrent reads, so that every worker has loaded the API's views and serializers
+        (seconds of CPU each on a busy machine) before a test's client, with its timeout, is first served."""
+        paths = ["status/", *(f"{endpoint}/?limit=1" for endpoint in WARM_UP_ENDPOINTS)]
+        headers = {"Authorization": f"Token {self.tokens.read_write}"}
+
+        def read(path: str) -> None:
+            request = urllib.request.Request(f"{self.url}/api/{path}", headers=headers)
+            with urllib.request.urlopen(request, timeout=START_TIMEOUT) as reply:
+                reply.read()
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=WORKERS * THREADS) as pool:
+            for _ in range(WORKERS):
+                list(pool.map(read, paths))
 
     def _manage(self, *args: str, extra: dict[str, str]) -> None:
         argv = command(self.release, ["python3", manage_py(self.release), *args])

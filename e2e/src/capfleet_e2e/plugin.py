@@ -26,11 +26,12 @@ from capfleet_e2e.capibin import ensure_capi_binaries
 from capfleet_e2e.controlplane import Cluster, ControlPlane, ExistingCluster
 from capfleet_e2e.crds import capi_module_dir
 from capfleet_e2e.kubebin import artifacts_dir, ensure_kube_binaries
-from capfleet_e2e.netbox.fixtures import RealNetboxes
+from capfleet_e2e.netbox.preinstall import Preinstall
 from capfleet_e2e.netbox.releases import DEFAULT_RELEASE, RELEASES
 from capfleet_e2e.nodeimage.build import ensure_node_image
 
 EXISTING_KUBECONFIG_ENV = "CAPFLEET_TEST_KUBECONFIG"
+PREINSTALL = pytest.StashKey[Preinstall]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -40,20 +41,32 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the tests that use Cluster API's managers (fixture `capi`) after all others.
+    """Run the tests that use Cluster API's managers (fixture `capi`) after all others, and within each
+    group the tests that use NetBox last.
 
     Once started, CAPI's webhooks and controllers act on the whole session's cluster (its CRDs convert by
     webhook, its admission webhooks check every CAPI object), and the other tests expect a cluster
-    without CAPI. The sort is stable: both groups keep their order.
+    without CAPI. NetBox installs in the background meanwhile (netbox/preinstall.py): the later its first
+    test, the more of a first install hides behind the others. The sort is stable: each group keeps its
+    order.
     """
-    items.sort(key=lambda item: "capi" in getattr(item, "fixturenames", ()))
+    items.sort(key=lambda item: ("capi" in getattr(item, "fixturenames", ()), bool(netbox_releases_of(item))))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Fetch the binaries and CAPI module before the first test if any selected test needs a cluster.
 
-    The first build takes many minutes; done here, it does not count against a test's timeout.
+    The first build takes many minutes; done here, it does not count against a test's timeout. NetBox's
+    releases start installing first, in the background (netbox/preinstall.py). `--collect-only` builds
+    nothing.
     """
+    if session.config.option.collectonly:
+        return
+    releases = sorted({version for item in session.items for version in netbox_releases_of(item)})
+    if releases and PREINSTALL not in session.config.stash:
+        log_dir = artifacts_dir() / "netbox"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        session.config.stash[PREINSTALL] = Preinstall(releases, log_dir).start()
     if any("control_plane" in getattr(item, "fixturenames", ()) for item in session.items):
         if not os.environ.get(EXISTING_KUBECONFIG_ENV):
             ensure_kube_binaries()
@@ -62,11 +75,22 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         ensure_capi_binaries()
     if any("node_image" in getattr(item, "fixturenames", ()) for item in session.items):
         ensure_node_image()
-    releases = sorted({version for item in session.items for version in netbox_releases_of(item)})
-    if releases:
-        log_dir = artifacts_dir() / "netbox"
-        log_dir.mkdir(parents=True, exist_ok=True)
-        RealNetboxes(log_dir).prepare(releases)
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """Before a test that uses NetBox, wait for its background install, outside the test's timeout
+    (pytest-timeout starts its clock in an inner wrapper of this hook)."""
+    preinstall = item.config.stash.get(PREINSTALL, None)
+    if preinstall is not None and netbox_releases_of(item):
+        preinstall.wait()
+    yield
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    preinstall = session.config.stash.get(PREINSTALL, None)
+    if preinstall is not None:
+        preinstall.stop()
 
 
 def netbox_releases_of(item: pytest.Item) -> list[str]:

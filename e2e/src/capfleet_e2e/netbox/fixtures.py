@@ -144,12 +144,6 @@ class RealNetboxes:
         self.log_dir = log_dir
         self.running: dict[str, RealNetbox] = {}
 
-    def prepare(self, versions: list[str]) -> None:
-        """Install the releases not yet installed side by side: each migration keeps one core busy."""
-        with concurrent.futures.ThreadPoolExecutor(max_workers=len(versions) or 1) as pool:
-            for done in [pool.submit(ensure_release, version, self.log_dir) for version in versions]:
-                done.result()
-
     def get(self, version: str) -> RealNetbox:
         if version not in self.running:
             self.running[version] = start_real_netbox(ensure_release(version, self.log_dir), self.log_dir)

@@ -18,6 +18,8 @@ from installing one release at once.
 
 from __future__ import annotations
 
+import argparse
+import concurrent.futures
 import hashlib
 import os
 import re
@@ -222,7 +224,9 @@ def recipe(rel: Release) -> str:
     return hashlib.sha256(f"{rel}\n{CONFIGURATION}\n{DOCUMENTATION_ONLY}".encode()).hexdigest()[:16]
 
 
-def ensure_release(version: str, log_dir: Path) -> Release:
+def ensure_release(
+    version: str, log_dir: Path, migration_timeout: float | None = MIGRATION_TIMEOUT
+) -> Release:
     """The release installed and its database migrated and dumped, doing whatever is missing."""
     rel = release(version)
     with cache_lock(rel.directory.with_suffix(".lock")):
@@ -243,7 +247,7 @@ def ensure_release(version: str, log_dir: Path) -> Release:
         (rel.opt / "conf").mkdir()
         (rel.opt / "conf" / f"{CONFIGURATION_MODULE}.py").write_text(CONFIGURATION)
         collect_static(rel)
-        migrate_and_dump(rel, log_dir)
+        migrate_and_dump(rel, log_dir, migration_timeout)
         rel.stamp.write_text(recipe(rel) + "\n")
         return rel
 
@@ -265,7 +269,7 @@ def collect_static(rel: Release) -> None:
     run(argv, f"NetBox {rel.version}'s collectstatic", env=environment(rel, settings))
 
 
-def migrate_and_dump(rel: Release, log_dir: Path) -> None:
+def migrate_and_dump(rel: Release, log_dir: Path, timeout: float | None) -> None:
     with tempfile.TemporaryDirectory(prefix="capfleet-netbox-migrate-") as scratch:
         work = Path(scratch)
         postgres = Postgres(work, log_dir, f"postgres-{rel.version}-migrate").start()
@@ -284,7 +288,7 @@ def migrate_and_dump(rel: Release, log_dir: Path) -> None:
                 done = subprocess.run(
                     command(rel, ["python3", manage_py(rel), "migrate", "--no-input"]),
                     env=environment(rel, settings), stdout=out, stderr=subprocess.STDOUT,
-                    timeout=MIGRATION_TIMEOUT, check=False,
+                    timeout=timeout, check=False,
                 )  # fmt: skip
             if done.returncode != 0:
                 raise HarnessError(f"NetBox {rel.version}'s migration failed; see {log}")
@@ -292,3 +296,25 @@ def migrate_and_dump(rel: Release, log_dir: Path) -> None:
         finally:
             redis.stop()
             postgres.stop()
+
+
+def ensure_releases(versions: Sequence[str], log_dir: Path, migration_timeout: float | None) -> None:
+    """Install the releases side by side: each migration keeps one core busy."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(versions) or 1) as pool:
+        for done in [pool.submit(ensure_release, v, log_dir, migration_timeout) for v in versions]:
+            done.result()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """`python -m capfleet_e2e.netbox.releases --log-dir DIR VERSION…`: what the test session runs in
+    the background (preinstall.py). Its migrations have no time limit of their own: at idle priority
+    they last as long as the tests keep the machine busy, and the session bounds its wait instead."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--log-dir", type=Path, required=True)
+    parser.add_argument("versions", nargs="+", choices=sorted(RELEASES))
+    args = parser.parse_args(argv)
+    ensure_releases(args.versions, args.log_dir, migration_timeout=None)
+
+
+if __name__ == "__main__":
+    main()

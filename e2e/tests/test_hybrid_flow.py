@@ -3,9 +3,8 @@
 The management cluster runs CAPI v1.11 (core, kubeadm bootstrap, kubeadm control plane) and the five
 capfleet operators as subprocesses, exactly as users run them. The control plane is a QEMU VM on a
 libvirtd reached over SSH; workers are QEMU "servers" in a private PXE network behind the Redfish
-emulator, recorded in NetBox (the API test server, or a real NetBox when configured). Both boot capfleet's
-test OS, which reports the NoCloud seed it received: that report is the proof that CAPI's kubeadm
-cloud-config reached the machine.
+emulator, recorded in a real NetBox (4.4.10). Both boot capfleet's test OS, which reports the NoCloud
+seed it received: that report is the proof that CAPI's kubeadm cloud-config reached the machine.
 
 The test OS has no kubelet, so nothing runs `kubeadm init`. The suite plays that one step: when the
 control-plane VM has reported its `kubeadm init` cloud-config, it uploads kube-system/kubeadm-config to a

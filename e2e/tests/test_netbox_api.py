@@ -18,7 +18,7 @@ from capfleet_e2e.netbox.fixtures import NetboxInstance
 
 
 def vrf_with_ips(netbox: NetboxInstance, count: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    vrf = netbox.client.create("ipam/vrfs", {"name": netbox.client.unique("api")})
+    vrf = netbox.client.create("ipam/vrfs", {"name": "api"})
     body = [
         {"address": f"10.70.0.{n}/24", "vrf": vrf["id"], "description": f"ip {n}"}
         for n in range(1, count + 1)
@@ -37,7 +37,7 @@ def test_bulk_update_and_bulk_delete_with_pynetbox(netbox: NetboxInstance) -> No
 
 
 def test_a_list_create_is_all_or_nothing_with_errors_by_position(netbox: NetboxInstance) -> None:
-    vrf = netbox.client.create("ipam/vrfs", {"name": netbox.client.unique("api")})
+    vrf = netbox.client.create("ipam/vrfs", {"name": "api"})
     body = [
         {"address": "10.71.0.1/24", "vrf": vrf["id"]},
         {"address": "10.71.0.2/24", "vrf": vrf["id"], "status": "x"},
@@ -81,12 +81,7 @@ def test_cursor_pagination_and_tag_edits_on_4_6(netbox: NetboxInstance) -> None:
     assert page["count"] is None
     assert "start=" in page["next"]
     assert len(list(nb.ipam.ip_addresses.filter(vrf_id=vrf["id"], limit=3))) == 7
-    red, blue = (
-        netbox.client.create(
-            "extras/tags", {"name": netbox.client.unique(n), "slug": netbox.client.unique(n)}
-        )
-        for n in ("red", "blue")
-    )
+    red, blue = (netbox.client.create("extras/tags", {"name": n, "slug": n}) for n in ("red", "blue"))
     path = f"ipam/ip-addresses/{ips[0]['id']}"
     netbox.client.call("PATCH", path, {"add_tags": [red["id"], blue["id"]]})
     after = netbox.client.call("PATCH", path, {"remove_tags": [{"slug": red["slug"]}]})

@@ -61,26 +61,25 @@ def names(netbox: NetboxInstance, **params: Any) -> list[str]:
 
 def test_device_filters_select_free_hardware(netbox: NetboxInstance) -> None:
     seeded = seed(netbox)
-    u = netbox.client.unique
-    site = {"site": u("dc1")}
-    assert names(netbox, **site, role=u("server")) == [u("node-1"), u("node-2")]
-    assert names(netbox, **site, serial="sn-0002") == [u("node-2")]
-    assert names(netbox, **site, status="planned") == [u("node-2")]
-    assert names(netbox, **site, has_oob_ip="true") == [u("node-1")]
-    assert names(netbox, **site, tag=u("capfleet")) == [u("node-1")]
-    assert names(netbox, name=[u("node-1"), u("sw-1")]) == [u("node-1"), u("sw-1")]
+    site = {"site": "dc1"}
+    assert names(netbox, **site, role="server") == ["node-1", "node-2"]
+    assert names(netbox, **site, serial="sn-0002") == ["node-2"]
+    assert names(netbox, **site, status="planned") == ["node-2"]
+    assert names(netbox, **site, has_oob_ip="true") == ["node-1"]
+    assert names(netbox, **site, tag="capfleet") == ["node-1"]
+    assert names(netbox, name=["node-1", "sw-1"]) == ["node-1", "sw-1"]
     bad = netbox.client.request("GET", "dcim/devices", params={"role": "no-such-role-here"})
     assert bad.status == 400
     assert "role" in bad.body
     node = seeded["devices"]["node-1"]
     assert node["oob_ip"]["address"] == "10.9.0.11/24"
-    assert node["rack"]["name"] == u("r1")
-    assert node["custom_fields"][u("bmc_address")] is None
+    assert node["rack"]["name"] == "r1"
+    assert node["custom_fields"]["bmc_address"] is None
 
 
 def test_claiming_a_device_by_owner_custom_field(netbox: NetboxInstance) -> None:
     seeded = seed(netbox)
-    owner = netbox.client.unique("capfleet_owner")
+    owner = "capfleet_owner"
     nb = pynetbox.api(netbox.url, token=netbox.token)
     device = nb.dcim.devices.get(seeded.id("devices", "node-2"))
     tenant = seeded.id("tenants", "fleet")
@@ -88,7 +87,7 @@ def test_claiming_a_device_by_owner_custom_field(netbox: NetboxInstance) -> None
         {"custom_fields": {owner: "mgmt-a/ns/claim-1"}, "tenant": tenant, "status": "staged"}
     )
     claimed = nb.dcim.devices.filter(**{f"cf_{owner}": "mgmt-a/ns/claim-1"})
-    assert [d.name for d in claimed] == [netbox.client.unique("node-2")]
+    assert [d.name for d in claimed] == ["node-2"]
     assert list(nb.dcim.devices.filter(**{f"cf_{owner}": "mgmt-a/ns/claim"})) == []
     entry = nb.extras.journal_entries.create(
         assigned_object_type="dcim.device",
@@ -171,7 +170,7 @@ def test_virtual_machines_with_interfaces_and_primary_ips(netbox: NetboxInstance
     vm = client.create(
         "virtualization/virtual-machines",
         {
-            "name": client.unique("vm-1"),
+            "name": "vm-1",
             "cluster": seeded.id("clusters", "c1"),
             "role": seeded.id("device_roles", "server"),
             "vcpus": 2,
@@ -205,7 +204,7 @@ def test_virtual_machines_with_interfaces_and_primary_ips(netbox: NetboxInstance
     duplicate = client.request(
         "POST",
         "virtualization/virtual-machines",
-        {"name": client.unique("vm-1"), "cluster": seeded.id("clusters", "c1")},
+        {"name": "vm-1", "cluster": seeded.id("clusters", "c1")},
     )
     assert duplicate.body == {"__all__": ["Virtual machine name must be unique per cluster."]}
     client.delete("virtualization/virtual-machines", vm["id"])

@@ -24,7 +24,7 @@ def api(netbox: NetboxInstance, token: str | None = None) -> Any:
 
 
 def new_vrf(netbox: NetboxInstance, **extra: Any) -> dict[str, Any]:
-    return netbox.client.create("ipam/vrfs", {"name": netbox.client.unique("capfleet-test"), **extra})
+    return netbox.client.create("ipam/vrfs", {"name": "capfleet-test", **extra})
 
 
 def server_controls(netbox: NetboxInstance) -> NetboxFaults:
@@ -60,7 +60,7 @@ def test_v2_bearer_token_works_with_pynetbox_from_4_5(netbox: NetboxInstance) ->
     assert netbox.v2_token is not None
     nb = api(netbox, netbox.v2_token)
     assert nb.status()["netbox-version"] == netbox.version
-    assert nb.tenancy.tenants.create(name=netbox.client.unique("t2"), slug=netbox.client.unique("t2")).id
+    assert nb.tenancy.tenants.create(name="t2", slug="t2").id
 
 
 @pytest.mark.parametrize(
@@ -174,7 +174,7 @@ def test_usable_bounds_follow_netbox(
 
 
 def test_available_ips_skip_taken_addresses_in_the_same_vrf_only(netbox: NetboxInstance) -> None:
-    vrf, other = new_vrf(netbox), netbox.client.create("ipam/vrfs", {"name": netbox.client.unique("other")})
+    vrf, other = new_vrf(netbox), netbox.client.create("ipam/vrfs", {"name": "other"})
     prefix = netbox.client.create("ipam/prefixes", {"prefix": "10.31.0.0/29", "vrf": vrf["id"]})
     netbox.client.create("ipam/ip-addresses", {"address": "10.31.0.1/32", "vrf": vrf["id"]})
     netbox.client.create("ipam/ip-addresses", {"address": "10.31.0.2/29", "vrf": other["id"]})
@@ -198,13 +198,9 @@ def test_ip_range_allocation_is_inclusive_and_takes_the_range_mask(netbox: Netbo
 
 
 def test_allocation_takes_the_parent_vrf_and_any_ip_fields(netbox: NetboxInstance) -> None:
-    vrf, other = new_vrf(netbox), netbox.client.create("ipam/vrfs", {"name": netbox.client.unique("other")})
-    tenant = netbox.client.create(
-        "tenancy/tenants", {"name": netbox.client.unique("ten"), "slug": netbox.client.unique("ten")}
-    )
-    tag = netbox.client.create(
-        "extras/tags", {"name": netbox.client.unique("tag"), "slug": netbox.client.unique("tag")}
-    )
+    vrf, other = new_vrf(netbox), netbox.client.create("ipam/vrfs", {"name": "other"})
+    tenant = netbox.client.create("tenancy/tenants", {"name": "ten", "slug": "ten"})
+    tag = netbox.client.create("extras/tags", {"name": "tag", "slug": "tag"})
     prefix = netbox.client.create("ipam/prefixes", {"prefix": "10.33.0.0/28", "vrf": vrf["id"]})
     body = {
         "vrf": other["id"],
@@ -269,7 +265,7 @@ def test_invalid_values_and_missing_objects_answer_like_drf(netbox: NetboxInstan
 
 def test_custom_field_filters_are_exact_or_loose_as_defined(netbox: NetboxInstance) -> None:
     client = netbox.client
-    owner, note = client.unique("capfleet_owner"), client.unique("capfleet_note")
+    owner, note = "capfleet_owner", "capfleet_note"
     client.create(
         "extras/custom-fields",
         {"name": owner, "type": "text", "object_types": ["ipam.ipaddress"], "filter_logic": "exact"},
@@ -320,10 +316,7 @@ def test_unknown_custom_fields_per_version(netbox: NetboxInstance, status: int, 
 def test_filters_and_or_null_and_invalid_choices(netbox: NetboxInstance) -> None:
     client = netbox.client
     vrf = new_vrf(netbox)
-    tags = [
-        client.create("extras/tags", {"name": client.unique(n), "slug": client.unique(n)})
-        for n in ("red", "blue")
-    ]
+    tags = [client.create("extras/tags", {"name": n, "slug": n}) for n in ("red", "blue")]
     ips = [
         client.create(
             "ipam/ip-addresses", {"address": "10.52.0.1/24", "vrf": vrf["id"], "tags": [tags[0]["id"]]}
@@ -390,9 +383,7 @@ def test_pagination_follows_next_with_the_same_filters(netbox: NetboxInstance) -
 
 @pytest.mark.parametrize("netbox", ["4.6.8"], indirect=True)
 def test_if_match_is_compare_and_set_on_4_6(netbox: NetboxInstance) -> None:
-    tenant = netbox.client.create(
-        "tenancy/tenants", {"name": netbox.client.unique("e"), "slug": netbox.client.unique("e")}
-    )
+    tenant = netbox.client.create("tenancy/tenants", {"name": "e", "slug": "e"})
     read = netbox.client.request("GET", f"tenancy/tenants/{tenant['id']}")
     etag = read.headers["ETag"]
     assert etag.startswith('W/"')

@@ -4,7 +4,7 @@
 It starts what a data centre and a management cluster would have, all local and real: a control plane
 (etcd, kube-apiserver, kube-controller-manager), Cluster API's managers, a private lab network with PXE
 (dnsmasq), two hypervisors (libvirtd behind sshd) and a QEMU "server" behind a Redfish BMC (sushy-tools),
-that server recorded as a free device in NetBox (capfleet's NetBox test server), and capfleet's five
+that server recorded as a free device in a real NetBox (4.4.10), and capfleet's five
 operators as subprocesses. It renders deploy/clusterctl/cluster-template-vm.yaml (node addresses and the
 API's VIP from in-cluster IPPools) with its worker turned into a bare-metal machine, and applies it. The
 control-plane VM boots capfleet's node image (built on first use: `make node-image`); the server is
@@ -66,6 +66,18 @@ class MetalParts:
         found = self.netbox.client.list_all("dcim/devices/", name=self.server.name)
         return bool(found) and found[0]["status"]["value"] == "inventory"
 
+    def vm_records(self) -> list[str]:
+        """The names of the virtual machines recorded in NetBox (the cluster's VMs, while they exist)."""
+        return [vm["name"] for vm in self.netbox.client.list_all("virtualization/virtual-machines/")]
+
+    def record_links(self) -> list[str]:
+        """Web UI pages of the claimed server and of the VM records."""
+        device = self.netbox.client.list_all("dcim/devices/", name=self.server.name)
+        vms = self.netbox.client.list_all("virtualization/virtual-machines/")
+        return [f"{self.netbox.url}/dcim/devices/{d['id']}/  (server {d['name']})" for d in device] + [
+            f"{self.netbox.url}/virtualization/virtual-machines/{vm['id']}/  (VM {vm['name']})" for vm in vms
+        ]
+
 
 def say(text: str = "") -> None:
     print(text, flush=True)
@@ -76,16 +88,19 @@ class LeftBehind(RuntimeError):
 
 
 async def leftovers(site: NodeSite, metal: MetalParts | None) -> list[str]:
-    """What the deleted cluster left: libvirt domains and volumes, addresses, claims, a claimed device."""
+    """What the deleted cluster left: libvirt domains and volumes, addresses, claims, a claimed device,
+    NetBox records of VMs."""
     found = site.leftovers()
     for resource in (resources.IP_ADDRESSES, resources.IP_ADDRESS_CLAIMS):
         found += [f"{o['kind']} {o['metadata']['name']}" for o in await site.kube.list(resource, NAMESPACE)]
     if metal is not None and not metal.device_free():
         found.append(f"NetBox device {metal.server.name} still claimed")
+    if metal is not None:
+        found += [f"NetBox virtual machine {name}" for name in metal.vm_records()]
     return found
 
 
-async def show(site: NodeSite, started: float) -> None:
+async def show(site: NodeSite, started: float, metal: MetalParts | None) -> None:
     say("Waiting for the control-plane Node and KCP's checks of it (minutes: the VMs run without KVM)...")
     await site.add_workers(1)
     say(f"  control plane Ready and healthy {time.monotonic() - started:.0f} s after kubectl apply")
@@ -105,6 +120,8 @@ async def show(site: NodeSite, started: float) -> None:
     say(f"                      {site.variables['CONTROL_PLANE_ENDPOINT_HOST']}:6443 inside the lab network)")
     say(f"  management cluster: export KUBECONFIG={site.cp.kubeconfig}; kubectl get cluster-api,capfleet -A")
     say(f"  console logs of the VMs: {artifacts_dir() / 'libvirt'}/*/qemu/*-console.log")
+    if metal is not None:
+        say("  NetBox records:     " + "\n                      ".join(metal.record_links()))
 
 
 async def run(cluster: ControlPlane, lab: NodeLab, workdir: Path, metal: MetalParts | None) -> None:
@@ -151,13 +168,13 @@ async def run(cluster: ControlPlane, lab: NodeLab, workdir: Path, metal: MetalPa
                             workdir=workdir / "metal",
                         )
                     )
-                    manifest = parts.hybrid(manifest)
+                    manifest = parts.hybrid(manifest, record_vms=True)
                     say(f"\nApplying {VM_TEMPLATE} with a bare-metal worker (server {metal.server.name},"
                         f" BMC {metal.server.bmc_address}) in namespace {NAMESPACE}.")  # fmt: skip
                 else:
                     say(f"\nApplying {VM_TEMPLATE} (variables filled in) in namespace {NAMESPACE}.")
                 say(site.apply(manifest))
-                await show(site, time.monotonic())
+                await show(site, time.monotonic(), metal)
                 if sys.stdin.isatty() and not os.environ.get("CI"):
                     await asyncio.to_thread(input, "\nPress Enter to delete the cluster and tear down. ")
                 say("Deleting the Cluster: Nodes drained, VMs destroyed, volumes and addresses released...")

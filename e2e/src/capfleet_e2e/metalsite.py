@@ -47,17 +47,21 @@ class Metal:
 
     servers: list[BareMetalServer]
     role: str
+    vm_cluster: str  # the NetBox virtualization cluster that VM records go to, when asked for
     image: dict[str, str]
     boot_url: str
     operators: dict[str, Any]
 
-    def hybrid(self, manifest: str, template: str = "md-0") -> str:
-        """The VM template `manifest` with bare-metal workers (the HybridMachineTemplate `*-<template>`)."""
+    def hybrid(self, manifest: str, template: str = "md-0", *, record_vms: bool = False) -> str:
+        """The VM template `manifest` with bare-metal workers (the HybridMachineTemplate `*-<template>`),
+        and with `record_vms` its VMs recorded in NetBox's `vm_cluster`."""
         documents = [d for d in yaml.safe_load_all(manifest) if d]
         for document in documents:
             spec = document["spec"]
             if document["kind"] == "HybridCluster":
                 spec["netbox"] = {"connectionSecretRef": {"name": "netbox"}}
+                if record_vms:
+                    spec["netbox"]["cluster"] = self.vm_cluster
                 spec["baremetal"] = {
                     "bmcCredentialsSecretRef": {"name": BMC_SECRET},
                     "bmcAddressCIDRs": [LAB_BMC_NETWORK],
@@ -96,7 +100,7 @@ async def open_metal(
     node image and start the two bare-metal operators; the image server stops on exit."""
     # The virtualbmcs share the Redfish emulator's credentials, so one BMC Secret serves every server.
     bmcs = {name: vbmc.address for name, vbmc in (ipmi or {}).items()}
-    role, _ = record_servers(netbox, servers, "worker", bmc_addresses=bmcs)
+    role, vm_cluster = record_servers(netbox, servers, "worker", bmc_addresses=bmcs)
     for body in (netbox_secret(netbox), bmc_secret(servers[0], BMC_SECRET)):
         await site.kube.create(resources.SECRETS, body, site.namespace)
     (workdir / "boot").mkdir(parents=True, exist_ok=True)
@@ -115,4 +119,4 @@ async def open_metal(
             "baremetal_provision": start_operator("baremetal_provision", env),
         }
         image = {"url": f"{url}/node.raw", "checksum": digest, "format": "raw"}
-        yield Metal(servers, role, image, boot_url, operators)
+        yield Metal(servers, role, vm_cluster, image, boot_url, operators)

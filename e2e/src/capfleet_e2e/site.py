@@ -209,7 +209,7 @@ def record_servers(
 ) -> tuple[str, str]:
     """The lab's servers as free NetBox devices of `role` (status inventory, BMC URL (Redfish, unless
     `bmc_addresses` names another), boot NIC eno1), and a virtualization cluster for the VMs; returns the
-    role's slug and the cluster's name as NetBox knows them (made unique per run)."""
+    role's slug and the cluster's name."""
     ensure_custom_fields(netbox)
     netbox.seed(
         {
@@ -234,7 +234,7 @@ def record_servers(
             ],
         }
     )
-    return netbox.client.unique(role), netbox.client.unique("lab-vms")
+    return role, "lab-vms"
 
 
 def netbox_secret(netbox: NetboxInstance, name: str = "netbox") -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""Setting up NetBox and a NetboxIPPool for the ipam-address tests, the same way on the test server and
-on a real NetBox: everything is created through the REST API, inside a VRF of the test's own."""
+"""Setting up NetBox and a NetboxIPPool for the ipam-address tests: everything is created through NetBox's
+REST API, inside a VRF of the test's own."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def ensure_owner_field_and_tag(netbox: NetboxInstance) -> None:
 
 def create_prefixes(netbox: NetboxInstance, second_octet: int) -> NetboxPrefixes:
     client = netbox.client
-    vrf = client.create("ipam/vrfs/", {"name": client.unique(f"capfleet-test-{second_octet}")})
+    vrf = client.create("ipam/vrfs/", {"name": f"capfleet-test-{second_octet}"})
     small = client.create("ipam/prefixes/", {"prefix": f"10.{second_octet}.0.0/30", "vrf": vrf["id"]})
     large = client.create("ipam/prefixes/", {"prefix": f"10.{second_octet}.1.0/28", "vrf": vrf["id"]})
     return NetboxPrefixes(vrf["id"], small["id"], large["id"])

@@ -1,7 +1,7 @@
 """NetboxIPPool: addresses from NetBox through its atomic available-ips, on the real control plane.
 
-Runs against the NetBox API test server, or a real NetBox when CAPFLEET_NETBOX_URL and
-CAPFLEET_NETBOX_TOKEN are set (fault-injection tests are then skipped).
+Runs against real NetBox 4.4.10 (4.6.8 for v2 tokens), one empty database per test, behind the harness's
+fault-injecting proxy.
 """
 
 from __future__ import annotations

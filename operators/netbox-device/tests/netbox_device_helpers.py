@@ -1,7 +1,6 @@
 """Shared steps of the netbox-device integration tests: NetBox inventory, the objects, and waiting.
 
-Everything in NetBox is created through its REST API, so the same steps work on the test server and on
-a real NetBox.
+Everything in NetBox is created through its REST API, as a user's tooling would.
 """
 
 from __future__ import annotations
@@ -98,8 +97,8 @@ async def create_device_claim(
         "metadata": {"name": name},
         "spec": {
             "connectionSecretRef": {"name": "netbox"},
-            "selector": {"site": netbox.client.unique("dc1"), "role": netbox.client.unique("server")},
-            "claim": {"tenant": netbox.client.unique("acme"), "status": "active"},
+            "selector": {"site": "dc1", "role": "server"},
+            "claim": {"tenant": "acme", "status": "active"},
             **spec,
         },
     }
@@ -149,9 +148,9 @@ def vm_body(netbox: NetboxInstance, name: str, **spec: Any) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": {
             "connectionSecretRef": {"name": "netbox"},
-            "name": netbox.client.unique(name),
-            "cluster": netbox.client.unique("kvm1"),
-            "tenant": netbox.client.unique("acme"),
+            "name": name,
+            "cluster": "kvm1",
+            "tenant": "acme",
             "vcpus": 2,
             "memoryMiB": 4096,
             "diskGiB": 20,

@@ -1,9 +1,8 @@
-"""A small NetBox REST client for tests: seed objects, look at them, and clean up what it created.
+"""A small NetBox REST client for tests: seed objects and look at them, independently of the code under test.
 
-It speaks plain REST, so the same seeding code works against the test server and against a real NetBox.
-Against a shared real NetBox, `unique()` suffixes names and slugs so parallel runs do not collide, and
-`cleanup()` deletes everything the client created, newest first. It sends `Token` for v1 tokens and
-`Bearer` for v2 (`nbt_<key>.<secret>`) tokens, as pynetbox does.
+Plain REST over urllib, apart from pynetbox (which the operators use), so seeding does not share their
+client code. It sends `Token` for v1 tokens and `Bearer` for v2 (`nbt_<key>.<secret>`) tokens, as pynetbox
+does. Nothing is cleaned up: every test gets an empty NetBox database (real.py).
 """
 
 from __future__ import annotations
@@ -46,8 +45,6 @@ class NetboxClient:
     url: str
     token: str = field(repr=False)
     timeout: float = 60.0  # real NetBox takes seconds over a bulk write of a hundred objects
-    suffix: str = ""
-    created: list[tuple[str, int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.url = self.url.rstrip("/")
@@ -102,9 +99,7 @@ class NetboxClient:
         return results
 
     def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        """POST one object and remember it for cleanup()."""
         created: dict[str, Any] = self.call("POST", path, body)
-        self.created.append((path, created["id"]))
         return created
 
     def update(self, path: str, pk: int, body: dict[str, Any]) -> dict[str, Any]:
@@ -117,37 +112,6 @@ class NetboxClient:
     def status(self) -> dict[str, Any]:
         result: dict[str, Any] = self.get("status")
         return result
-
-    def unique(self, name: str) -> str:
-        """A name (or slug) made unique for this client's run."""
-        return f"{name}{self.suffix}"
-
-    def cleanup(self) -> list[str]:
-        """Delete what this client created, newest first; returns errors (objects already gone are fine).
-
-        Addresses, ranges and prefixes in VRFs it created go too, however they were made (allocations
-        through available-ips, objects an operator under test wrote), since they would block the VRF.
-        """
-        errors: list[str] = []
-        for path, pk in self.created:
-            if path.strip("/") == "ipam/vrfs":
-                errors.extend(self.sweep_vrf(pk))
-        for path, pk in reversed(self.created):
-            response = self.request("DELETE", f"{path.strip('/')}/{pk}")
-            if response.status not in (204, 404):
-                errors.append(f"DELETE {path}/{pk}: {response.status} {response.body}")
-        self.created.clear()
-        return errors
-
-    def sweep_vrf(self, vrf_id: int) -> list[str]:
-        errors: list[str] = []
-        for path in ("ipam/ip-addresses", "ipam/ip-ranges", "ipam/prefixes"):
-            found = self.request("GET", path, params={"vrf_id": vrf_id, "brief": 1, "limit": 0})
-            ids = [{"id": o["id"]} for o in found.body.get("results", [])] if found.status == 200 else []
-            response = self.request("DELETE", path, ids) if ids else None
-            if response is not None and response.status != 204:
-                errors.append(f"DELETE {path} in VRF {vrf_id}: {response.status} {response.body}")
-        return errors
 
 
 def _decode(raw: bytes) -> Any:

@@ -95,7 +95,6 @@ class NetboxInstance:
     url: str
     token: str = field(repr=False)
     version: str
-    real: bool
     client: NetboxClient = field(repr=False)
     faults: NetboxFaults = field(repr=False)
     v2_token: str | None = field(default=None, repr=False)
@@ -129,7 +128,6 @@ def instance_behind(proxy: NetboxProxy, netbox: RealNetbox) -> NetboxInstance:
         url=proxy.url,
         token=tokens.read_write,
         version=netbox.version,
-        real=True,
         client=NetboxClient(proxy.url, tokens.read_write),
         faults=NetboxFaults(proxy),
         v2_token=tokens.v2 if netbox.v2_tokens else None,

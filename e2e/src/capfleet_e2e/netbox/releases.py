@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import hashlib
+import logging
 import os
 import re
 import shutil
@@ -28,6 +29,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -35,6 +37,8 @@ from pathlib import Path
 
 from capfleet_e2e.kubebin import HarnessError, cache_lock, cache_root, repo_root
 from capfleet_e2e.netbox.services import Postgres, Redis, run
+
+log = logging.getLogger(__name__)
 
 SOURCES_ENV = "CAPFLEET_NETBOX_SOURCES"
 GITHUB_TARBALL = "https://github.com/netbox-community/netbox/archive/refs/tags/v{version}.tar.gz"
@@ -229,13 +233,15 @@ def ensure_release(
 ) -> Release:
     """The release installed and its database migrated and dumped, doing whatever is missing."""
     rel = release(version)
-    with cache_lock(rel.directory.with_suffix(".lock")):
+    with cache_lock(rel.directory.parent / f"{version}.lock"):
         if rel.stamp.is_file() and rel.stamp.read_text().strip() == recipe(rel) and rel.dump.is_file():
             if not static_dir(rel).is_dir():
                 collect_static(rel)
             return rel
         if os.geteuid() != 0:
             raise HarnessError(f"installing NetBox {version} for the tests needs root")
+        started = time.monotonic()
+        log.info("installing NetBox %s into %s", version, rel.directory)
         shutil.rmtree(rel.directory, ignore_errors=True)
         rel.directory.mkdir(parents=True)
         if rel.trixie:
@@ -247,8 +253,11 @@ def ensure_release(
         (rel.opt / "conf").mkdir()
         (rel.opt / "conf" / f"{CONFIGURATION_MODULE}.py").write_text(CONFIGURATION)
         collect_static(rel)
+        migrated = time.monotonic()
         migrate_and_dump(rel, log_dir, migration_timeout)
         rel.stamp.write_text(recipe(rel) + "\n")
+        log.info("NetBox %s installed in %.0f s (its migration %.0f s)", version, time.monotonic() - started,
+                 time.monotonic() - migrated)  # fmt: skip
         return rel
 
 
@@ -313,6 +322,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--log-dir", type=Path, required=True)
     parser.add_argument("versions", nargs="+", choices=sorted(RELEASES))
     args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     ensure_releases(args.versions, args.log_dir, migration_timeout=None)
 
 

@@ -18,8 +18,7 @@
     virtual_machines: [{name: vm1, cluster: c1, interfaces: [{name: eth0}]}]
 
 References name what the seed created (by name, slug or address) and fall back to `{"name": ...}` lookups
-for objects that already exist. Names, slugs and custom field names pass through `client.unique()`.
-Interface MACs use the MAC-address objects on NetBox ≥ 4.2 and the plain field before.
+for objects that already exist. Interface MACs are MAC-address objects (NetBox ≥ 4.2).
 """
 
 from __future__ import annotations
@@ -62,7 +61,6 @@ KINDS: dict[str, tuple[str, str, dict[str, str]]] = {
         {"cluster": "clusters", "role": "device_roles", "site": "sites", "tenant": "tenants"},
     ),
 }
-UNIQUE_FIELDS = ("name", "slug")
 INTERFACES = {
     "devices": ("dcim/interfaces", "device", "dcim.interface"),
     "virtual_machines": ("virtualization/interfaces", "virtual_machine", "virtualization.vminterface"),
@@ -83,31 +81,22 @@ class Seeded:
         return pk
 
 
-def reference(seeded: Seeded, kind: str, value: Any, client: NetboxClient) -> Any:
+def reference(seeded: Seeded, kind: str, value: Any) -> Any:
     """An id for something this seed created, else an attribute lookup NetBox resolves itself."""
     if not isinstance(value, str):
         return value
     if value in seeded[kind]:
         return seeded.id(kind, value)
-    key = KINDS[kind][1]
-    return {key: client.unique(value) if key in UNIQUE_FIELDS else value}
+    return {KINDS[kind][1]: value}
 
 
-def prepare(kind: str, item: dict[str, Any], seeded: Seeded, client: NetboxClient) -> dict[str, Any]:
+def prepare(kind: str, item: dict[str, Any], seeded: Seeded) -> dict[str, Any]:
     body = {k: v for k, v in item.items() if k not in ("interfaces", "oob_ip", "primary_ip4", "primary_ip6")}
-    for field in UNIQUE_FIELDS:
-        if field in body:
-            body[field] = client.unique(str(body[field]))
     for field, target in KINDS[kind][2].items():
         if field in body:
-            body[field] = reference(seeded, target, body[field], client)
+            body[field] = reference(seeded, target, body[field])
     if "tags" in body:
-        body["tags"] = [reference(seeded, "tags", t, client) for t in body["tags"]]
-    if "custom_fields" in body:
-        names = seeded["custom_fields"]
-        body["custom_fields"] = {
-            client.unique(k) if k in names else k: v for k, v in body["custom_fields"].items()
-        }
+        body["tags"] = [reference(seeded, "tags", t) for t in body["tags"]]
     return body
 
 
@@ -119,7 +108,7 @@ def apply_seed(client: NetboxClient, data: dict[str, Any]) -> Seeded:
     seeded = Seeded()
     for kind, (endpoint, key, _) in KINDS.items():
         for item in data.get(kind) or []:
-            created = client.create(endpoint, prepare(kind, item, seeded, client))
+            created = client.create(endpoint, prepare(kind, item, seeded))
             seeded[kind][str(item[key])] = created
             if kind in INTERFACES:
                 seed_interfaces(client, seeded, kind, item, created)

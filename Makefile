@@ -25,7 +25,7 @@ demo: setup
 
 ## test: lint, type checks, generated-file checks (CRDs, clusterctl components), then every test but the
 ## slowest (marker `full`: the real-node suites, a three-node control plane with a rolling update,
-## MachineHealthCheck remediation, bare-metal workers).
+## MachineHealthCheck remediation, bare-metal workers, a bare-metal server booting the node image from disk).
 test: setup lint crds-check clusterctl-components-check
 	$(UV) pytest -m "not full" $(PYTEST_ARGS)
 

@@ -72,6 +72,8 @@ def deployer(
     return run_operator("baremetal_provision", namespaces=[namespace], env=env)
 
 
+# In `make test-full`: its first boot from disk under TCG took 504 to 880 s of CI's budget.
+@pytest.mark.full
 async def test_a_server_gets_the_node_image_boots_it_from_disk_and_is_wiped_on_deletion(
     kube: Kube,
     namespace: str,

@@ -165,12 +165,15 @@ def test_every_kubeadm_command_of_the_vm_templates_scripts_parses_with_the_real_
     """The retry scripts run only after a failed init or join, so a wrong flag there shows only on a slow
     host's bad day (the first exercise of the init retry failed on "unknown flag: --config")."""
     kubeadm = ensure_kube_binaries(binaries=("kubeadm",)) / "kubeadm"
-    kcp = {o["kind"]: o for o in documents(template_text("vm"))}["KubeadmControlPlane"]
-    scripts = [
-        f["content"] for f in kcp["spec"]["kubeadmConfigSpec"]["files"] if f["path"].startswith("/usr/")
+    objects = {o["kind"]: o for o in documents(template_text("vm"))}
+    files = [
+        *objects["KubeadmControlPlane"]["spec"]["kubeadmConfigSpec"]["files"],
+        *objects["KubeadmConfigTemplate"]["spec"]["template"]["spec"]["files"],
     ]
+    scripts = [f["content"] for f in files if f["path"].startswith("/usr/")]
     commands = [c for script in scripts for c in kubeadm_commands(script)]
-    assert len(commands) >= 7, commands  # init's five phases, join's two
+    # init's five phases, a control-plane join's two, a worker's reset and join
+    assert len(commands) >= 9, commands
     for command in commands:
         # Flags are parsed before --help is honoured: an unknown one fails, a known one prints the help.
         result = subprocess.run(

@@ -7,7 +7,7 @@ checks prove they grant no more than the design needs:
   (NetBox connections, BMC credentials, SSH keys, bootstrap data) can `get` one, and `patch` it (to put
   and take off their own finalizers, `capfleet.secretholds`); none can create, update or delete one;
 - no operator can write a CRD, or the status of another operator's kinds, and only the glue writes
-  another operator's objects: exactly the intermediate kinds it creates (DESIGN.md §1);
+  another operator's objects: exactly the intermediate kinds it creates;
 - each operator reads and renews only its own leader-election Lease, in capfleet-system only;
 - each may create TokenReviews and SubjectAccessReviews (its secure /metrics endpoint asks who a
   scraper is and whether it may read metrics);

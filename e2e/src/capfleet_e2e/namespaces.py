@@ -58,7 +58,22 @@ async def wait_gone(kube: Kube, namespace: str, within: float) -> None:
     except AssertionError as exc:
         held = []
         for resource in (resources.SECRETS, *(k.resource for k in kinds.ALL if k.resource.namespaced)):
-            for obj in await kube.list(resource, namespace):
-                if obj["metadata"].get("finalizers"):
-                    held.append(f"{resource.kind} {obj['metadata']['name']}: {obj['metadata']['finalizers']}")
-        raise AssertionError(f"{exc}; still there: {held}") from exc
+            held += [holding(resource.kind, obj) for obj in await kube.list(resource, namespace)]
+        left = await kube.get(resources.NAMESPACES, namespace)
+        blockers = [why(c) for c in ((left or {}).get("status") or {}).get("conditions") or []]
+        raise AssertionError(f"{exc}; still there: {[h for h in held if h]}; namespace: {blockers}") from exc
+
+
+def holding(kind: str, obj: dict[str, Any]) -> str:
+    """`Kind name: [finalizers] (Ready=status reason: message)` for an object that holds its namespace, or
+    an empty string for one without finalizers: what a stuck deletion is waiting for, and why."""
+    finalizers = obj["metadata"].get("finalizers")
+    if not finalizers:
+        return ""
+    ready = [why(c) for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"]
+    return f"{kind} {obj['metadata']['name']}: {finalizers}{f' ({ready[0]})' if ready else ''}"
+
+
+def why(condition: dict[str, Any]) -> str:
+    status = f"{condition.get('type')}={condition.get('status')}"
+    return f"{status} {condition.get('reason')}: {condition.get('message')}"

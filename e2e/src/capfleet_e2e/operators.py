@@ -76,6 +76,9 @@ class OperatorProcess:
         wait_for(f"{self.module} liveness", self.healthy, timeout, watch=[self.component])
         return self
 
+    def running(self) -> bool:
+        return self.component is not None and self.component.process.poll() is None
+
     def healthy(self) -> bool | None:
         try:
             with urllib.request.urlopen(

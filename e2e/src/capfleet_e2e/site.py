@@ -278,7 +278,11 @@ def cluster_variables(
 
 
 async def delete_cluster(kube: Kube, name: str, namespace: str, within: float) -> None:
-    """Delete CAPI Cluster `name` and wait until it is gone (with everything it owns)."""
+    """Delete CAPI Cluster `name` and wait until it is gone (with everything it owns). A paused Cluster (a
+    test that failed mid-pause) is unpaused first: Cluster API deletes nothing of a paused cluster."""
+    cluster = await kube.get(resources.CAPI_CLUSTERS, name, namespace)
+    if cluster is not None and (cluster.get("spec") or {}).get("paused"):
+        await kube.patch(resources.CAPI_CLUSTERS, name, {"spec": {"paused": False}}, namespace)
     await kube.delete(resources.CAPI_CLUSTERS, name, namespace)
 
     async def gone() -> bool:
@@ -370,7 +374,11 @@ class HybridSite:
         await delete_cluster(self.kube, self.cluster_name, self.namespace, within)
 
     async def delete_namespace(self, within: float = 300) -> None:
-        await delete_namespace(self.kube, self.namespace, within)
+        try:
+            await delete_namespace(self.kube, self.namespace, within)
+        except AssertionError as exc:
+            states = {module: process.running() for module, process in self.operators.items()}
+            raise AssertionError(f"{exc}; operators running: {states}") from exc
 
 
 @contextlib.asynccontextmanager

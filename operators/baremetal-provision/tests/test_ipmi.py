@@ -1,6 +1,6 @@
 """The IPMI backend against a lab server behind virtualbmc (pyghmi's IPMI server over the lab's libvirtd):
 power on and off, the boot device, and a wrong password, through `IpmiBMC` directly. virtualbmc 3.3
-cannot negotiate cipher suite 17, so the backend is told to use suite 3 (REFERENCE.md)."""
+cannot negotiate cipher suite 17, so the backend is told to use suite 3."""
 
 from __future__ import annotations
 

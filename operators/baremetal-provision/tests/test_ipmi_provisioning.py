@@ -50,7 +50,7 @@ async def test_provision_online_status_rebuild_and_deprovision_through_ipmi(
     (server,) = baremetal_servers(1)
     vbmc = ipmi_bmcs(server)
     env = operator_env(pxe_lab, boot_files(netboot_image, tmp_path / "files"))
-    env["CAPFLEET_IPMI_CIPHER_SUITE"] = "3"  # virtualbmc cannot negotiate 17 (REFERENCE.md)
+    env["CAPFLEET_IPMI_CIPHER_SUITE"] = "3"  # virtualbmc cannot negotiate 17
     operator = run_operator("baremetal_provision", namespaces=[namespace], env=env)
     await create_secrets(kube, namespace, server, ipmi=vbmc)
     created = time.monotonic()

@@ -1,8 +1,10 @@
 """The connection pool against a fake connection: reuse, replacement after failure or a changed target,
-and the mapping of SSH and libvirt failures to conditions' reasons."""
+a call that gets no answer cut at the time-out, and the mapping of SSH and libvirt failures to conditions'
+reasons."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import libvirt
@@ -40,6 +42,18 @@ class FakeConnection:
 
     def close(self) -> None:
         self.alive, self.closed = False, True
+
+
+class HangingConnection(FakeConnection):
+    """Its calls (`wait_for_close`) return only once it is closed, as libvirt's do when the host hangs."""
+
+    def __init__(self, target: SSHTarget) -> None:
+        super().__init__(target)
+        self.released = threading.Event()
+
+    def close(self) -> None:
+        super().close()
+        self.released.set()
 
 
 @pytest.fixture
@@ -91,3 +105,23 @@ async def test_libvirt_errors_in_calls_are_backend_errors(pool: connections.Pool
 
     with pytest.raises(errors.DependencyMissing):
         await pool.run("hv", TARGET, missing)
+
+
+async def test_a_call_without_an_answer_is_cut_at_the_timeout_and_its_connection_replaced() -> None:
+    FakeConnection.opened, FakeConnection.fail = [], None
+    pool = connections.Pool(HangingConnection, timeout=0.2)
+    returned = threading.Event()
+
+    def wait_for_close(conn: Any) -> None:
+        hanging = FakeConnection.opened[-1]
+        assert isinstance(hanging, HangingConnection)
+        hanging.released.wait(30)
+        returned.set()
+
+    with pytest.raises(errors.BackendUnavailable) as raised:
+        await pool.run("hv", TARGET, wait_for_close)
+    assert raised.value.reason == "Unreachable"
+    assert "no answer to a call in 0.2 s" in raised.value.message
+    assert FakeConnection.opened[0].closed
+    assert returned.wait(5), "closing the connection ended the waiting call and freed its thread"
+    assert await pool.run("hv", TARGET, lambda conn: conn) is FakeConnection.opened[1].conn

@@ -3,8 +3,9 @@ stopped mid-way gives a condition, then the VM converges once it is back, as it 
 restarts mid-create; a missing base image is reported and leaves no volume; three anti-affine VMs spread
 over two hypervisors within each one's capacity, a fourth waits for room; a root disk left too small by a
 kill is grown; a Hypervisor's deletion waits for its VMs; a VM whose host is gone says why its deletion
-fails, and `detached` lets it go, as does a VM that never wrote to its host; another management cluster's
-domain of the same name is neither taken nor deleted."""
+fails, and `detached` lets it go, as does a VM that never wrote to its host; a deletion while libvirtd
+hangs says so within the call time-out and finishes once it answers; another management cluster's domain
+of the same name is neither taken nor deleted."""
 
 from __future__ import annotations
 
@@ -242,6 +243,37 @@ async def test_deletion_without_its_hypervisor_says_why_and_detached_lets_it_go(
             hv.sshd.start()
         assert leftovers(hv, namespace)[0] == [f"{namespace}_vm1"], "detached: the host was left alone"
         remove_domains(hv, namespace)
+    finally:
+        await delete_all(kube, namespace, [name])
+        remove_base_image(hv)
+    assert leftovers(hv, namespace) == ([], [])
+
+
+async def test_a_deletion_while_libvirtd_hangs_says_so_and_finishes_once_it_answers(
+    kube: Kube,
+    namespace: str,
+    run_operator: RunOperator,
+    hypervisors: list[Hypervisor],
+    test_image: TestImage,
+) -> None:
+    """A libvirt client waits for ever for an answer: without a bound, a host that hangs mid-call would hold
+    the VM's deletion (and its namespace's) for good."""
+    hv = hypervisors[0]
+    ensure_base_image(hv, test_image)
+    run_operator("libvirt_vm", env={**OPERATOR_ENV, "CAPFLEET_CALL_TIMEOUT_SECONDS": "5"})
+    name = await create_hypervisor(kube, namespace, hv)
+    try:
+        await create_vm(kube, namespace, "vm1", NO_CALLBACK, powerState="Off")
+        await wait_condition(kube, VMS, "vm1", namespace, "Ready", "True", 90)
+        with hv.daemon.frozen():
+            await kube.delete(VMS, "vm1", namespace)
+            failed = await wait_condition(kube, VMS, "vm1", namespace, "Ready", "False", 60)
+            ready = condition(failed, "Ready") or {}
+            assert ready.get("reason") == "DeletionFailed"
+            assert "no answer" in ready.get("message", "")
+            assert await kube.get(VMS, "vm1", namespace) is not None
+        deleted = lambda: gone(kube, "vm1", namespace)  # noqa: E731
+        await eventually("the VM to be deleted once libvirtd answers", deleted, 90)
     finally:
         await delete_all(kube, namespace, [name])
         remove_base_image(hv)

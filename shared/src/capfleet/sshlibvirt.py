@@ -201,11 +201,9 @@ class SSHLibvirtConnection:
             return False
 
     def close(self) -> None:
-        """Close libvirt, the channel and the SSH connection; safe to call more than once."""
-        conn, self.conn = self.conn, None
-        if conn is not None:
-            with contextlib.suppress(libvirt.libvirtError):
-                conn.close()
+        """Close the SSH connection, then libvirt; safe to call more than once, and from another thread
+        while a call waits for an answer that is not coming: the transport goes first, so that call (and
+        libvirt's own goodbye, itself a call) ends at once instead of waiting."""
         self._stop.set()
         if self.channel is not None:
             self.channel.close()
@@ -213,3 +211,7 @@ class SSHLibvirtConnection:
             self.client.close()
         if self._bridge is not None and self._bridge is not threading.current_thread():
             self._bridge.join(timeout=5)
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            with contextlib.suppress(libvirt.libvirtError):
+                conn.close()

@@ -2,7 +2,7 @@
 process, listening on 127.0.0.1 only, on a free UDP port, with a random password.
 
 No `vbmcd` daemon or config directory: one process per domain, driving it through the lab's libvirtd
-(`libvirt_uri`). virtualbmc 3.3 answers with cipher suite 3 only (REFERENCE.md): clients must force it.
+(`libvirt_uri`). virtualbmc 3.3 answers with cipher suite 3 only: clients must force it.
 """
 
 from __future__ import annotations

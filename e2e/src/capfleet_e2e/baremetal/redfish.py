@@ -2,7 +2,7 @@
 
 It listens on 127.0.0.1 only, over HTTPS with a certificate from a CA generated for this run (clients
 verify it with `ca_cert`), and requires basic auth against an htpasswd file holding a bcrypt hash of a
-random password (sushy-tools accepts nothing else; its session login does not work, REFERENCE.md). Each
+random password (sushy-tools accepts nothing else; its session login does not work). Each
 libvirt domain of the instance at `libvirt_uri` is a Redfish System addressed by its libvirt UUID.
 """
 

@@ -8,7 +8,7 @@ the artifacts directory) and /run/libvirt (its sockets, so the test reaches `soc
 Inside, everything is at Debian's default paths: an sshd started in the same namespace (`nsenter`, see
 sshd.py) runs `virt-ssh-helper qemu:///system` exactly as on a production hypervisor (virt-ssh-helper 9.0
 ignores `?socket=`). virtlogd holds the namespace, so libvirtd can be restarted inside it with its state.
-QEMU runs as root without a security driver or cgroups, as a sandbox requires (REFERENCE.md).
+QEMU runs as root without a security driver or cgroups, as a sandbox without them requires.
 With `netns`, the instance also runs in that network namespace (`ip netns exec`), so bridged interfaces
 join a bridge that exists only there (capfleet_e2e.baremetal's PXE network).
 """
@@ -16,8 +16,11 @@ join a bridge that exists only there (capfleet_e2e.baremetal's PXE network).
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
+import signal
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Self
 
@@ -173,6 +176,18 @@ class LibvirtDaemon:
         net = ["--net"] if self.netns else []
         argv = ["nsenter", "--mount", *net, f"--target={self.namespace_pid}", "libvirtd", "--config"]
         self._run([*argv, str(self.etc_dir / "libvirtd.conf")])
+
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[None]:
+        """libvirtd stopped with SIGSTOP, not killed: connections stay open and its socket accepts, yet no
+        call gets an answer, as with a host that hangs. SIGCONT on the way out."""
+        assert self.process is not None
+        # unshare, `ip netns exec`, nsenter and the namespace script all exec: this pid is libvirtd's.
+        os.kill(self.process.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.kill(self.process.pid, signal.SIGCONT)
 
     def stop_libvirtd(self) -> None:
         """Stop libvirtd only (a hypervisor whose daemon is down); `restart()` brings it back."""

@@ -14,8 +14,9 @@ from typing import Any
 
 import kopf
 
-from capfleet import runtime
+from capfleet import reconciling, runtime
 from libvirt_vm import hypervisors, vms
+from libvirt_vm.backends.connections import Pool
 from libvirt_vm.contexts import HYPERVISORS, SHARED_KEY, VMS, Context, Shared
 from libvirt_vm.settings import LibvirtSettings
 
@@ -24,8 +25,9 @@ IDENTITY = runtime.Identity("libvirt-vm")
 
 @kopf.on.startup()
 def create_shared(memo: kopf.Memo, **_: Any) -> None:
+    settings = reconciling.from_memo(memo, reconciling.SETTINGS_KEY, LibvirtSettings)
     # In the operator-wide memo at startup: kopf gives each object a shallow copy of it.
-    memo[SHARED_KEY] = Shared()
+    memo[SHARED_KEY] = Shared(pool=Pool(timeout=settings.call_timeout_seconds))
 
 
 @kopf.on.cleanup()

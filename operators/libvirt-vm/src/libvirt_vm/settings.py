@@ -18,6 +18,9 @@ class LibvirtSettings(reconciling.Settings):
     """How often a Hypervisor is re-checked (CAPFLEET_HYPERVISOR_POLL_SECONDS)."""
     vm_poll_seconds: float = 60.0
     """How often a LibvirtVM is re-converged (CAPFLEET_VM_POLL_SECONDS)."""
+    call_timeout_seconds: float = 60.0
+    """How long opening a hypervisor's connection or one libvirt call may take before the connection is
+    closed under it and the reconcile retried (CAPFLEET_CALL_TIMEOUT_SECONDS)."""
     vcpu_overcommit: float = 1.0
     """How many vCPUs placement may give out per host CPU (1.0: none)."""
     storage_overcommit: float = 1.0

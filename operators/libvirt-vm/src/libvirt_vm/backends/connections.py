@@ -5,6 +5,11 @@ every reconcile (libvirt connections are thread-safe). The pool lives in the ope
 at startup. A connection that is no longer alive, or whose target (keys, address) changed, is replaced on
 the next call. Every call runs in a worker thread; wire errors become capfleet errors here, in one place.
 Error messages never contain the private key: only paramiko's and libvirt's own messages are kept.
+
+A libvirt client waits for an answer for ever, and a worker thread cannot be cancelled: a hypervisor that
+stops answering mid-call would hold the connection, the VM's lock and so its deletion, with no end. So
+opening and every call are bounded (`timeout`); past it the connection is closed under the waiting call,
+which makes that call fail and frees its thread, and the reconcile fails with a retry like any outage.
 """
 
 from __future__ import annotations
@@ -59,11 +64,17 @@ def translate(exc: BaseException, where: str) -> errors.CapfleetError:
     return errors.BackendUnavailable(f"{where}: {type(exc).__name__}: {exc}", reason="Unreachable")
 
 
+TIMEOUT = 60.0
+"""Seconds an open or a call may take: many times what any call here needs on a loaded host (the largest
+is a seed upload, kilobytes), yet short enough that a hung host fails a deletion visibly and soon."""
+
+
 class Pool:
     """One live connection per hypervisor name."""
 
-    def __init__(self, opener: Opener = SSHLibvirtConnection) -> None:
+    def __init__(self, opener: Opener = SSHLibvirtConnection, timeout: float = TIMEOUT) -> None:
         self._opener = opener
+        self.timeout = timeout
         self._connections: dict[str, tuple[SSHTarget, Connection]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
@@ -79,7 +90,7 @@ class Pool:
                 await asyncio.to_thread(connection.close)
             connection = self._opener(target)
             try:
-                await asyncio.to_thread(connection.open)
+                await self._bounded(name, connection, "opening", connection.open)
             except BaseException as exc:
                 raise translate(exc, name) from exc
             self._connections[name] = (target, connection)
@@ -89,11 +100,24 @@ class Pool:
         """`call(virConnect)` in a worker thread on hypervisor `name`'s pooled connection."""
         connection = await self._connection(name, target)
         try:
-            return await asyncio.to_thread(call, connection.conn)
+            return await self._bounded(name, connection, "a call", lambda: call(connection.conn))
         except BaseException as exc:
             if isinstance(exc, asyncio.CancelledError):
                 raise
             raise translate(exc, name) from exc
+
+    async def _bounded(self, name: str, connection: Connection, what: str, work: Callable[[], T]) -> T:
+        """`work()` in a worker thread, or BackendUnavailable once it has taken `timeout` seconds, the
+        connection closed under it (and dropped from the pool)."""
+        try:
+            return await asyncio.wait_for(asyncio.to_thread(work), self.timeout)
+        except TimeoutError:
+            found = self._connections.get(name)
+            if found is not None and found[1] is connection:
+                del self._connections[name]
+            await asyncio.to_thread(connection.close)
+            message = f"{name}: no answer to {what} in {self.timeout:g} s; connection closed"
+            raise errors.BackendUnavailable(message, reason="Unreachable") from None
 
     async def forget(self, name: str) -> None:
         """Close and drop the hypervisor's connection (it was deleted)."""

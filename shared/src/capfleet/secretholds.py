@@ -13,8 +13,12 @@ shared finalizer would need a count no one can update atomically. The finalizer 
 namespace and name, not its UID), so a Secret moved by `clusterctl move` together with its holders is
 still let go of by the moved holders. Which Secrets an object holds is recorded on it (an annotation)
 before the finalizer is added, so a holder whose Secret reference changed, or that was killed between the
-two writes, still lets go of every one. `get_secret` reads a credentials Secret and turns the 403 of
-namespaced mode (no RoleBinding from deploy/tenant in that namespace) into a condition that says so.
+two writes, still lets go of every one. Letting go is recorded on the holder too, before the finalizers
+come off: kopf may run a deletion handler again after it succeeded (when it could not yet remove its own
+finalizer, a timer of the object still exiting), and by then the Secrets may be gone, so a deletion first
+asks `already_let_go` and, if so, has nothing left to give back. `get_secret` reads a credentials Secret
+and turns the 403 of namespaced mode (no RoleBinding from deploy/tenant in that namespace) into a
+condition that says so.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ from capfleet.resources import Resource
 DOMAIN = "holds.capfleet.dev"
 HELD_ANNOTATION = "capfleet.dev/held-secrets"
 """On a holder: the Secrets it holds, as comma-separated `namespace/name`."""
+LET_GO_ANNOTATION = "capfleet.dev/secrets-let-go"
+"""On a holder being deleted: it gave back what it held outside and let go of its Secrets."""
 NAME_MAX = 63
 _QUALIFIED_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 SECRET_FORBIDDEN = "SecretForbidden"
@@ -122,12 +128,25 @@ async def hold(kube: Kube, holder: Holder, secrets: Sequence[Mapping[str, Any]])
 
 
 async def let_go(kube: Kube, holder: Holder) -> None:
-    """Take the holder's finalizer off every Secret it recorded: the last step of its deletion. The holder
-    is read again: the deletion itself may have recorded a Secret after kopf read the object."""
+    """Record that the holder let go, then take its finalizer off every Secret it recorded: the last step
+    of its deletion, once what it held outside is given back. The holder is read again: the deletion
+    itself may have recorded a Secret after kopf read the object."""
     meta = holder.metadata
     current = await kube.get(holder.resource, str(meta["name"]), holder.namespace)
+    if current is not None and LET_GO_ANNOTATION not in (current["metadata"].get("annotations") or {}):
+        patch = {"metadata": {"annotations": {LET_GO_ANNOTATION: "true"}}}
+        await kube.patch(holder.resource, str(meta["name"]), patch, holder.namespace)
     recorded = held(current["metadata"] if current is not None else meta)
     await _let_go_of(kube, holder, held_after(held(meta), recorded))
+
+
+async def already_let_go(kube: Kube, holder: Holder) -> bool:
+    """Whether an earlier run of the holder's deletion already gave back what it held outside and let go
+    of its Secrets (which may be gone since): then it only lets go again. Read from the API server, as a
+    handler run again may have been given the object as it was before that run's writes."""
+    meta = holder.metadata
+    current = await kube.get(holder.resource, str(meta["name"]), holder.namespace)
+    return LET_GO_ANNOTATION in ((current or {"metadata": meta})["metadata"].get("annotations") or {})
 
 
 async def _let_go_of(kube: Kube, holder: Holder, keys: Sequence[str]) -> None:

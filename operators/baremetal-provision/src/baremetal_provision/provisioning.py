@@ -307,9 +307,11 @@ async def deprovision(ctx: Context, body: Mapping[str, Any]) -> None:
     """Clean the server if asked (network-boot the cleaner, wait for its callback), power it off
     (gracefully, then forced) and put its boot device back on disk. Raises to be called again while
     the cleaner runs. An instance that never acted on its BMC (a wrong password, an unreachable BMC)
-    or is detached is deleted without asking the BMC anything. Last, the credentials Secret is let go of."""
+    or is detached is deleted without asking the BMC anything. Last, the credentials Secret is let go of
+    (a run after that only lets go again)."""
     instance = kinds.BAREMETAL_INSTANCE.parse(body)
-    await _deprovision(ctx, instance, body)
+    if not await secretholds.already_let_go(ctx.kube, holder_of(instance)):
+        await _deprovision(ctx, instance, body)
     await secretholds.let_go(ctx.kube, holder_of(instance))
 
 

@@ -310,9 +310,11 @@ def left_something(body: Mapping[str, Any]) -> bool:
 async def delete(ctx: Context, body: Mapping[str, Any]) -> None:
     """Destroy the domain and remove its volumes; nothing for a VM being moved, detached, never placed or
     that left nothing on its hypervisor. A failure is written as Ready=False DeletionFailed, naming the
-    way out. Last, the hypervisor's Secrets are let go of."""
-    await remove(ctx, body)
-    await secretholds.let_go(ctx.kube, secretholds.Holder(VMS, body["metadata"]))
+    way out. Last, the hypervisor's Secrets are let go of (a run after that only lets go again)."""
+    holder = secretholds.Holder(VMS, body["metadata"])
+    if not await secretholds.already_let_go(ctx.kube, holder):
+        await remove(ctx, body)
+    await secretholds.let_go(ctx.kube, holder)
 
 
 async def remove(ctx: Context, body: Mapping[str, Any]) -> None:

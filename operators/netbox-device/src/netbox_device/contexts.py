@@ -86,8 +86,10 @@ class Context(reconciling.Context):
         self, obj: NetboxDevice | NetboxVirtualMachine, what: str, give_back: Callable[[], Awaitable[None]]
     ) -> None:
         """A deletion: give back what `obj` holds in NetBox (`what` names it), unless the object is being
-        moved, then let go of its connection Secret; a paused object waits."""
-        if not pausing.moving(obj.metadata):
+        moved, then let go of its connection Secret (a run after that only lets go again); a paused
+        object waits."""
+        released = await secretholds.already_let_go(self.kube, holder_of(obj))
+        if not pausing.moving(obj.metadata) and not released:
             if pausing.annotated(obj.metadata):
                 raise errors.Waiting(f"paused: {what} once the object is unpaused", reason="Paused")
             await give_back()

@@ -4,8 +4,9 @@ restarts mid-create; a missing base image is reported and leaves no volume; thre
 over two hypervisors within each one's capacity, a fourth waits for room; a root disk left too small by a
 kill is grown; a Hypervisor's deletion waits for its VMs; a VM whose host is gone says why its deletion
 fails, and `detached` lets it go, as does a VM that never wrote to its host; a deletion while libvirtd
-hangs says so within the call time-out and finishes once it answers; another management cluster's domain
-of the same name is neither taken nor deleted."""
+hangs says so within the call time-out and finishes once it answers; a deletion run again after it let go
+of its Secrets finishes without them; another management cluster's domain of the same name is neither
+taken nor deleted."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from libvirt_vm_helpers import (
     wait_condition,
 )
 
-from capfleet import instances, resources
+from capfleet import instances, resources, secretholds
 from capfleet.kube import Kube
 from capfleet.resources import Resource
 from capfleet_e2e.fixtures import RunOperator
@@ -274,6 +275,40 @@ async def test_a_deletion_while_libvirtd_hangs_says_so_and_finishes_once_it_answ
             assert await kube.get(VMS, "vm1", namespace) is not None
         deleted = lambda: gone(kube, "vm1", namespace)  # noqa: E731
         await eventually("the VM to be deleted once libvirtd answers", deleted, 90)
+    finally:
+        await delete_all(kube, namespace, [name])
+        remove_base_image(hv)
+    assert leftovers(hv, namespace) == ([], [])
+
+
+async def test_a_deletion_run_again_after_it_let_go_of_its_secrets_finishes_without_them(
+    kube: Kube,
+    namespace: str,
+    run_operator: RunOperator,
+    hypervisors: list[Hypervisor],
+    test_image: TestImage,
+) -> None:
+    """kopf may run a deletion handler again after it succeeded (when it could not yet remove its own
+    finalizer: a timer of the object was still exiting), by when the hypervisor's Secret, let go of, is
+    gone. The state such a first run leaves is built here, the operator stopped: the domain removed, the
+    VM marked as let go, its hold taken off the Secret and the Secret deleted. Then the VM is deleted."""
+    hv = hypervisors[1]
+    ensure_base_image(hv, test_image)
+    operator = run_operator("libvirt_vm", env=OPERATOR_ENV)
+    name = await create_hypervisor(kube, namespace, hv)
+    try:
+        await create_vm(kube, namespace, "vm1", NO_CALLBACK, powerState="Off")
+        await wait_condition(kube, VMS, "vm1", namespace, "Ready", "True", 90)
+        operator.stop()
+        remove_domains(hv, namespace)
+        let_go = {"metadata": {"annotations": {secretholds.LET_GO_ANNOTATION: "true"}}}
+        await kube.patch(VMS, "vm1", let_go, namespace)
+        await kube.patch(resources.SECRETS, name, {"metadata": {"finalizers": None}}, namespace)
+        await kube.delete(resources.SECRETS, name, namespace)
+        await kube.delete(VMS, "vm1", namespace)
+        operator.start()
+        deleted = lambda: gone(kube, "vm1", namespace)  # noqa: E731
+        await eventually("the VM to be deleted without its Secret", deleted, 60)
     finally:
         await delete_all(kube, namespace, [name])
         remove_base_image(hv)

@@ -60,7 +60,7 @@ async def wait_gone(kube: Kube, namespace: str, within: float) -> None:
         for resource in (resources.SECRETS, *(k.resource for k in kinds.ALL if k.resource.namespaced)):
             held += [holding(resource.kind, obj) for obj in await kube.list(resource, namespace)]
         left = await kube.get(resources.NAMESPACES, namespace)
-        blockers = [why(c) for c in ((left or {}).get("status") or {}).get("conditions") or []]
+        blockers = [condition_text(c) for c in ((left or {}).get("status") or {}).get("conditions") or []]
         raise AssertionError(f"{exc}; still there: {[h for h in held if h]}; namespace: {blockers}") from exc
 
 
@@ -70,10 +70,11 @@ def holding(kind: str, obj: dict[str, Any]) -> str:
     finalizers = obj["metadata"].get("finalizers")
     if not finalizers:
         return ""
-    ready = [why(c) for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"]
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    ready = [condition_text(c) for c in conditions if c.get("type") == "Ready"]
     return f"{kind} {obj['metadata']['name']}: {finalizers}{f' ({ready[0]})' if ready else ''}"
 
 
-def why(condition: dict[str, Any]) -> str:
+def condition_text(condition: dict[str, Any]) -> str:
     status = f"{condition.get('type')}={condition.get('status')}"
     return f"{status} {condition.get('reason')}: {condition.get('message')}"

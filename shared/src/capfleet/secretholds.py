@@ -15,9 +15,9 @@ still let go of by the moved holders. Which Secrets an object holds is recorded 
 before the finalizer is added, so a holder whose Secret reference changed, or that was killed between the
 two writes, still lets go of every one. Letting go is recorded on the holder too, before the finalizers
 come off: kopf may run a deletion handler again after it succeeded (when it could not yet remove its own
-finalizer, a timer of the object still exiting), and by then the Secrets may be gone, so a deletion first
-asks `already_let_go` and, if so, has nothing left to give back. `get_secret` reads a credentials Secret
-and turns the 403 of namespaced mode (no RoleBinding from deploy/tenant in that namespace) into a
+finalizer, a timer of the object still exiting), and by then the Secrets may be gone, so a deletion runs
+through `release`, which gives back only when no earlier run has let go. `get_secret` reads a credentials
+Secret and turns the 403 of namespaced mode (no RoleBinding from deploy/tenant in that namespace) into a
 condition that says so.
 """
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,6 +127,14 @@ async def hold(kube: Kube, holder: Holder, secrets: Sequence[Mapping[str, Any]])
         await _record(kube, holder, wanted)
 
 
+async def release(kube: Kube, holder: Holder, give_back: Callable[[], Awaitable[None]]) -> None:
+    """A holder's deletion: `give_back()` what it holds outside (raising to be called again), then let go
+    of its Secrets; once an earlier run has let go, only let go again."""
+    if not await _already_let_go(kube, holder):
+        await give_back()
+    await let_go(kube, holder)
+
+
 async def let_go(kube: Kube, holder: Holder) -> None:
     """Record that the holder let go, then take its finalizer off every Secret it recorded: the last step
     of its deletion, once what it held outside is given back. The holder is read again: the deletion
@@ -140,7 +148,7 @@ async def let_go(kube: Kube, holder: Holder) -> None:
     await _let_go_of(kube, holder, held_after(held(meta), recorded))
 
 
-async def already_let_go(kube: Kube, holder: Holder) -> bool:
+async def _already_let_go(kube: Kube, holder: Holder) -> bool:
     """Whether an earlier run of the holder's deletion already gave back what it held outside and let go
     of its Secrets (which may be gone since): then it only lets go again. Read from the API server, as a
     handler run again may have been given the object as it was before that run's writes."""

@@ -310,9 +310,7 @@ async def deprovision(ctx: Context, body: Mapping[str, Any]) -> None:
     or is detached is deleted without asking the BMC anything. Last, the credentials Secret is let go of
     (a run after that only lets go again)."""
     instance = kinds.BAREMETAL_INSTANCE.parse(body)
-    if not await secretholds.already_let_go(ctx.kube, holder_of(instance)):
-        await _deprovision(ctx, instance, body)
-    await secretholds.let_go(ctx.kube, holder_of(instance))
+    await secretholds.release(ctx.kube, holder_of(instance), lambda: _deprovision(ctx, instance, body))
 
 
 def holder_of(instance: BaremetalInstance) -> secretholds.Holder:

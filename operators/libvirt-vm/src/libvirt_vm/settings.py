@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from capfleet import reconciling
+from libvirt_vm.backends import connections
 
 
 @dataclass(frozen=True)
@@ -18,7 +19,7 @@ class LibvirtSettings(reconciling.Settings):
     """How often a Hypervisor is re-checked (CAPFLEET_HYPERVISOR_POLL_SECONDS)."""
     vm_poll_seconds: float = 60.0
     """How often a LibvirtVM is re-converged (CAPFLEET_VM_POLL_SECONDS)."""
-    call_timeout_seconds: float = 60.0
+    call_timeout_seconds: float = connections.TIMEOUT
     """How long opening a hypervisor's connection or one libvirt call may take before the connection is
     closed under it and the reconcile retried (CAPFLEET_CALL_TIMEOUT_SECONDS)."""
     vcpu_overcommit: float = 1.0

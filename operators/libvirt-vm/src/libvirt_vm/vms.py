@@ -312,9 +312,7 @@ async def delete(ctx: Context, body: Mapping[str, Any]) -> None:
     that left nothing on its hypervisor. A failure is written as Ready=False DeletionFailed, naming the
     way out. Last, the hypervisor's Secrets are let go of (a run after that only lets go again)."""
     holder = secretholds.Holder(VMS, body["metadata"])
-    if not await secretholds.already_let_go(ctx.kube, holder):
-        await remove(ctx, body)
-    await secretholds.let_go(ctx.kube, holder)
+    await secretholds.release(ctx.kube, holder, lambda: remove(ctx, body))
 
 
 async def remove(ctx: Context, body: Mapping[str, Any]) -> None:

@@ -88,12 +88,15 @@ class Context(reconciling.Context):
         """A deletion: give back what `obj` holds in NetBox (`what` names it), unless the object is being
         moved, then let go of its connection Secret (a run after that only lets go again); a paused
         object waits."""
-        released = await secretholds.already_let_go(self.kube, holder_of(obj))
-        if not pausing.moving(obj.metadata) and not released:
+
+        async def unless_moving() -> None:
+            if pausing.moving(obj.metadata):
+                return
             if pausing.annotated(obj.metadata):
                 raise errors.Waiting(f"paused: {what} once the object is unpaused", reason="Paused")
             await give_back()
-        await secretholds.let_go(self.kube, holder_of(obj))
+
+        await secretholds.release(self.kube, holder_of(obj), unless_moving)
 
 
 def holder_of(obj: NetboxDevice | NetboxVirtualMachine) -> secretholds.Holder:

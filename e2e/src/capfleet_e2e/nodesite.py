@@ -51,6 +51,7 @@ NODE_OPERATOR_ENV = {
 }
 StartOperator = Callable[[str, dict[str, str]], object]
 KCP_HEALTH = ("Available", "EtcdClusterHealthy", "ControlPlaneComponentsHealthy")
+CONTROL_PLANE_NODE_LABEL = "node-role.kubernetes.io/control-plane"
 LONE_VIP_LEASE = {
     "CAPFLEET_VIP_LEASE_SECONDS": "120",
     "CAPFLEET_VIP_RENEW_DEADLINE_SECONDS": "90",
@@ -248,7 +249,7 @@ class NodeSite:
         API's first connection to the new cluster, starved the control plane past kubeadm's fixed 10 s
         timeouts and kube-vip's Lease in every run that overlapped."""
         started = time.monotonic()
-        await eventually("the control plane's Node to be Ready", lambda: self.ready_nodes(1), 1500, 10)
+        await eventually("the control plane's Nodes to be Ready", self.control_plane_nodes_ready, 1500, 10)
         await eventually("KubeadmControlPlane healthy", self.control_plane_healthy, 900, 5)
         waited = time.monotonic() - started
         patch = {"spec": {"replicas": replicas}}
@@ -290,6 +291,12 @@ class NodeSite:
         except (HarnessError, subprocess.TimeoutExpired):
             return []
         return list(json.loads(text)["items"])
+
+    async def control_plane_nodes_ready(self) -> list[dict[str, Any]] | None:
+        """The control plane's Nodes once there is one and all are Ready (workers may be there too: a
+        suite adds workers again after the first ones joined)."""
+        nodes = [n for n in self.nodes() if CONTROL_PLANE_NODE_LABEL in (n["metadata"].get("labels") or {})]
+        return nodes if nodes and all(node_ready(n) for n in nodes) else None
 
     async def ready_nodes(self, count: int) -> list[dict[str, Any]] | None:
         nodes = self.nodes()

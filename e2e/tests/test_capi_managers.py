@@ -23,7 +23,6 @@ import pytest
 from capfleet import resources
 from capfleet.api import kinds
 from capfleet.kube import Invalid, Kube, Obj
-from capfleet.resources import Resource
 from capfleet_e2e.capi import CapiManagers
 from capfleet_e2e.capibin import CAPI_VERSION, clusterctl_binary
 from capfleet_e2e.waiting import eventually
@@ -31,10 +30,8 @@ from capfleet_e2e.workload import CLUSTER_NAME_LABEL, WorkloadAPIServer
 
 pytestmark = pytest.mark.integration
 
-KUBEADM_CONTROL_PLANES = Resource(
-    "controlplane.cluster.x-k8s.io", "v1beta2", "kubeadmcontrolplanes", "KubeadmControlPlane"
-)
-KUBEADM_CONFIGS = Resource("bootstrap.cluster.x-k8s.io", "v1beta2", "kubeadmconfigs", "KubeadmConfig")
+KUBEADM_CONTROL_PLANES = resources.KCPS
+KUBEADM_CONFIGS = resources.KUBEADM_CONFIGS
 INFRA_GROUP = kinds.HYBRID_CLUSTER.resource.group
 KUBERNETES_VERSION = "v1.33.0"
 # Generous: the managers requeue on their own clock (KCP every 20 s until initialized, the cluster cache

@@ -7,7 +7,8 @@ checks prove they grant no more than the design needs:
   (NetBox connections, BMC credentials, SSH keys, bootstrap data) can `get` one, and `patch` it (to put
   and take off their own finalizers, `capfleet.secretholds`); none can create, update or delete one;
 - no operator can write a CRD, or the status of another operator's kinds, and only the glue writes
-  another operator's objects: exactly the intermediate kinds it creates;
+  another operator's objects: exactly the intermediate kinds it creates; libvirt-vm writes only the
+  status of VMQuotas (administrators set them);
 - each operator reads and renews only its own leader-election Lease, in capfleet-system only;
 - each may create TokenReviews and SubjectAccessReviews (its secure /metrics endpoint asks who a
   scraper is and whether it may read metrics);
@@ -58,6 +59,8 @@ GLUE_WRITES = {
     ("baremetal.capfleet.dev", "baremetalinstances"),
 }
 GLUE_VERBS = {"create", "patch", "delete"}
+# Owned kinds their operator only reads (and writes the status of): limits set by administrators.
+READ_ONLY = {("libvirt.capfleet.dev", "vmquotas")}
 WRITE_VERBS = ("create", "update", "patch", "delete")
 
 
@@ -98,7 +101,9 @@ def ownership_rules(operator: str) -> dict[Access, bool]:
         expected[(user, verb, "apiextensions.k8s.io", "customresourcedefinitions", "")] = False
     for group, plural in owned_kinds(operator):
         for verb in ("get", "list", "watch", "patch"):
-            expected[(user, verb, group, plural, "default")] = True
+            expected[(user, verb, group, plural, "default")] = (
+                verb != "patch" or (group, plural) not in READ_ONLY
+            )
         expected[(user, "patch", group, f"{plural}/status", "default")] = True
     for other in OPERATORS:
         if other == operator:

@@ -32,9 +32,7 @@ pytestmark = pytest.mark.integration
 
 CLUSTER = "hybrid"
 CLUSTERS = resources.CAPI_CLUSTERS
-MACHINE_DEPLOYMENTS = resources.Resource(
-    "cluster.x-k8s.io", "v1beta2", "machinedeployments", "MachineDeployment"
-)
+MACHINE_DEPLOYMENTS = resources.MACHINE_DEPLOYMENTS
 CAPFLEET_KINDS = (
     kinds.HYBRID_MACHINE,
     kinds.LIBVIRT_VM,

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from capfleet import resources
+from capfleet.resources import MACHINE_DEPLOYMENTS
 from capfleet_e2e.nodesite import NodeSite
-from capfleet_e2e.tree import MACHINE_DEPLOYMENTS
 from capfleet_e2e.waiting import eventually
 
 # In `make test-full` for now: on the current CI machine (two cores, TCG) the control plane has not yet

@@ -25,8 +25,8 @@ import yaml
 
 from capfleet import resources
 from capfleet.api import kinds
+from capfleet.resources import KCPS
 from capfleet_e2e.nodesite import HA_VIP_LEASE, NodeSite
-from capfleet_e2e.tree import KCPS
 from capfleet_e2e.waiting import eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.full, pytest.mark.timeout(7200)]

@@ -22,6 +22,7 @@ import pytest
 from baremetal_provision import markers  # type: ignore[import-untyped]
 from capfleet import resources
 from capfleet.api import kinds
+from capfleet.resources import MACHINE_DEPLOYMENTS
 from capfleet_e2e.baremetal.ipmi import VirtualBmc
 from capfleet_e2e.baremetal.lab import PxeLab
 from capfleet_e2e.baremetal.servers import BareMetalServer
@@ -31,7 +32,6 @@ from capfleet_e2e.netbox.fixtures import NetboxInstance
 from capfleet_e2e.nodeimage.build import NodeImage
 from capfleet_e2e.nodesite import NodeSite
 from capfleet_e2e.serviceaccounts import RunOperatorAs
-from capfleet_e2e.tree import MACHINE_DEPLOYMENTS
 from capfleet_e2e.waiting import eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.full, pytest.mark.timeout(7200)]

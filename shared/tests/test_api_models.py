@@ -131,7 +131,7 @@ def test_netbox_device_selector_defaults_to_inventory_and_claims_to_active() -> 
 
 
 def test_registry_names_every_kind_once() -> None:
-    assert len(kinds.ALL) == 11
+    assert len(kinds.ALL) == 12
     assert len({k.kind for k in kinds.ALL}) == len(kinds.ALL)
     short_names = [name for k in kinds.ALL for name in k.short_names]
     assert len(set(short_names)) == len(short_names)
@@ -160,5 +160,5 @@ def test_registry_resources_serve_the_kube_client() -> None:
         kinds.HYPERVISOR.resource.path("ignored", "hv1")
         == "/apis/libvirt.capfleet.dev/v1alpha1/hypervisors/hv1"
     )
-    assert kinds.owned_by(kinds.LIBVIRT_VM_OPERATOR) == (kinds.HYPERVISOR, kinds.LIBVIRT_VM)
+    assert kinds.owned_by(kinds.LIBVIRT_VM_OPERATOR) == (kinds.HYPERVISOR, kinds.LIBVIRT_VM, kinds.VM_QUOTA)
     assert all(k.capi_contract == (k.resource.group == kinds.INFRASTRUCTURE_GROUP) for k in kinds.ALL)

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from capfleet import netbox
+from capfleet.cli import main
 from capfleet.netboxschema import BMC_ADDRESS, FIELDS, OWNER, PREVIOUS, field_problem, plan, release_problem
-from capfleet.netboxsetup import main, setup
+from capfleet.netboxsetup import setup
 from capfleet_e2e.netbox.fixtures import NetboxInstance
 
 RELEASES = pytest.mark.parametrize("netbox", ["4.4.10", "4.6.8"], indirect=True)

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from capfleet import resources
 from capfleet.kube import Kube
+from capfleet.tree import cluster_tree
 from capfleet_e2e.baremetal.lab import PxeLab
 from capfleet_e2e.baremetal.servers import BareMetalServer
 from capfleet_e2e.capi import CapiManagers
@@ -44,7 +45,6 @@ from capfleet_e2e.netbox.releases import DEFAULT_RELEASE
 from capfleet_e2e.nodeimage.build import NodeImage, ensure_node_image
 from capfleet_e2e.nodesite import VM_TEMPLATE, NodeLab, NodeSite, open_node_site
 from capfleet_e2e.operators import OperatorProcess
-from capfleet_e2e.tree import cluster_tree
 from capfleet_e2e.waiting import eventually
 
 NAMESPACE = "capfleet-demo"

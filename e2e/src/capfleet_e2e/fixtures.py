@@ -16,7 +16,6 @@ import pytest
 from capfleet import resources
 from capfleet.api import kinds
 from capfleet.kube import Kube, KubeError
-from capfleet_e2e import tree
 from capfleet_e2e.kubebin import artifacts_dir
 from capfleet_e2e.operators import OperatorProcess
 
@@ -51,10 +50,10 @@ HELD: tuple[resources.Resource, ...] = (
     resources.CAPI_MACHINES,
     resources.IP_ADDRESS_CLAIMS,
     resources.IP_ADDRESSES,
-    tree.KCPS,
-    tree.MACHINE_DEPLOYMENTS,
-    tree.MACHINE_SETS,
-    tree.KUBEADM_CONFIGS,
+    resources.KCPS,
+    resources.MACHINE_DEPLOYMENTS,
+    resources.MACHINE_SETS,
+    resources.KUBEADM_CONFIGS,
 )
 
 

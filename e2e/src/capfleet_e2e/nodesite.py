@@ -27,13 +27,13 @@ import yaml
 from capfleet import resources
 from capfleet.api import kinds
 from capfleet.kube import Kube
+from capfleet.resources import KCPS, MACHINE_DEPLOYMENTS
 from capfleet_e2e.baremetal.netns import PxeNetwork
 from capfleet_e2e.controlplane import ControlPlane
 from capfleet_e2e.kubebin import HarnessError, Kubectl, repo_root
 from capfleet_e2e.libvirt.hypervisor import Hypervisor, start_hypervisor
 from capfleet_e2e.nodeimage.versions import NodeImageVersions
 from capfleet_e2e.site import OPERATOR_ENV, SITE_LABEL, delete_cluster, register_hypervisor, render
-from capfleet_e2e.tree import KCPS, MACHINE_DEPLOYMENTS
 from capfleet_e2e.waiting import eventually
 from capfleet_e2e.workload_access import WorkloadAccess
 

@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import os
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -74,9 +73,8 @@ def token_from(args: argparse.Namespace) -> str:
     return args.token or os.environ.get(TOKEN_ENV, "").strip()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="capfleet", description="capfleet's command-line tools")
-    commands = parser.add_subparsers(dest="command", required=True)
+def add_parser(commands: Any) -> None:
+    """The `netbox-setup` subcommand of `capfleet` (capfleet.cli)."""
     setup_parser = commands.add_parser("netbox-setup", help=__doc__.splitlines()[0] if __doc__ else None)
     setup_parser.add_argument("--url", required=True, help="NetBox's base URL")
     setup_parser.add_argument("--token", help=f"API token (prefer {TOKEN_ENV} or --token-file)")
@@ -85,7 +83,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_parser.add_argument(
         "--check", action="store_true", help="change nothing; exit 1 if changes are needed"
     )
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     token = token_from(args)
     if not token:
         parser.error(f"no token: set {TOKEN_ENV}, or pass --token-file")
@@ -96,7 +96,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except errors.CapfleetError as error:
         print(f"capfleet netbox-setup: {error}", file=sys.stderr)
         return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -5,7 +5,7 @@ the Event recorder and the settings the runtime put there, and the `Shared` part
 at startup (kopf gives each object a shallow copy of memo, so anything shared must exist before the first
 object is handled): the connection pool, the placement lock (one placement decision at a time, so two VMs
 never both take the last room on a hypervisor) and one lock per VM (a timer and a change never reconcile
-the same VM at once).
+the same VM at once), and what VMQuota status needs to count without recounting on every event.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from capfleet.api.libvirt import Hypervisor
 from capfleet.kube import Kube, Obj
 from capfleet.sshlibvirt import SSHTarget
 from libvirt_vm.backends.connections import Pool
+from libvirt_vm.placing import Demand
 from libvirt_vm.settings import LibvirtSettings
 
 HYPERVISORS = kinds.HYPERVISOR.resource
@@ -38,6 +39,11 @@ class Shared:
     vm_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     checked_seeds: set[str] = field(default_factory=set)  # `<hypervisor>/<volume>` read back this run
     instance: str | None = None  # this management cluster's instance name, once resolved
+    # VMQuota status (`vmquotas`): namespaces whose counts changed, one refresh lock per namespace, and
+    # what each placed VM (`<namespace>/<name>`) was counted with.
+    quota_dirty: set[str] = field(default_factory=set)
+    quota_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    counted_vms: dict[str, Demand] = field(default_factory=dict)
 
 
 @dataclass

@@ -3,9 +3,10 @@
 Hypervisors (cluster-scoped) are reconciled on every change and on a timer that notices a host going
 away or coming back (`hypervisors`); one is deleted only once no LibvirtVM is placed on it. LibvirtVMs
 are reconciled on every change and on a timer that rebuilds a lost status and re-converges after a
-failure (`vms`); deletion removes the domain and its volumes. The connection pool and the locks are
-created at startup in the operator-wide memo. The two timers' intervals are settings, so they are
-registered by `register_polls` once the settings are read.
+failure (`vms`); deletion removes the domain and its volumes. VMQuotas have no change handlers (nor
+finalizers): events of quotas and VMs refresh their counted status (`vmquotas`). The connection pool
+and the locks are created at startup in the operator-wide memo. The two timers' intervals are settings,
+so they are registered by `register_polls` once the settings are read.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 import kopf
 
 from capfleet import reconciling, runtime
-from libvirt_vm import hypervisors, vms
+from libvirt_vm import hypervisors, vmquotas, vms
 from libvirt_vm.backends.connections import Pool
 from libvirt_vm.contexts import HYPERVISORS, SHARED_KEY, VMS, Context, Shared
 from libvirt_vm.settings import LibvirtSettings
@@ -75,6 +76,19 @@ async def recheck_vm(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
 @runtime.reconciler("LibvirtVM")
 async def delete_vm(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     await vms.delete(Context.from_memo(memo), body)
+
+
+@kopf.on.event(*vmquotas.QUOTAS.watch)
+async def quota_changed(type: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
+    if type != "DELETED" and namespace:
+        await vmquotas.refresh_soon(Context.from_memo(memo), namespace)
+
+
+@kopf.on.event(*VMS.watch)
+async def vm_changed(type: str, body: kopf.Body, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
+    ctx = Context.from_memo(memo)
+    if namespace and vmquotas.changes_usage(ctx, type, body):
+        await vmquotas.refresh_soon(ctx, namespace)
 
 
 def register_polls(settings: LibvirtSettings) -> None:

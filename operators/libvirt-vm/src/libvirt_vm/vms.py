@@ -21,7 +21,7 @@ from capfleet.api import kinds
 from capfleet.api.libvirt import Hypervisor, LibvirtVM
 from capfleet.conditions import Update
 from capfleet.sshlibvirt import SSHTarget
-from libvirt_vm import domains, hypervisors, names, placing, seeding
+from libvirt_vm import domains, hypervisors, names, placing, seeding, vmquotas
 from libvirt_vm.backends import hosts
 from libvirt_vm.contexts import HYPERVISORS, VMS, Context, secret_value, ssh_target
 
@@ -56,21 +56,22 @@ class Placed:
 
 
 async def place(ctx: Context, vm: LibvirtVM, owner: domains.Owner) -> str:
-    """The hypervisor chosen for the VM, written to its spec; Waiting when none fits."""
+    """The hypervisor chosen for the VM, written to its spec; Waiting when none fits, QuotaExceeded when
+    the VM would cross a limit of its namespace's VMQuotas."""
     async with ctx.placement_lock:
         current = await ctx.kube.get(VMS, owner.name, owner.namespace)
         if current is not None:
             already = kinds.LIBVIRT_VM.parse(current).spec.hypervisor_name
             if already:
                 return already
+        demand = hypervisors.demand_of(vm)
+        await vmquotas.admit(ctx, owner.namespace, demand)
         candidates = [
             hypervisors.candidate(kinds.HYPERVISOR.parse(h), ctx.settings)
             for h in await ctx.kube.list(HYPERVISORS)
             if not h["metadata"].get("deletionTimestamp")
         ]
-        request = placing.Request(
-            hypervisors.demand_of(vm), vm.spec.hypervisor_selector.match_labels, vm.spec.failure_domain
-        )
+        request = placing.Request(demand, vm.spec.hypervisor_selector.match_labels, vm.spec.failure_domain)
         decision = placing.place(request, candidates, await hypervisors.placed_vms(ctx))
         if decision.hypervisor is None:
             raise errors.Waiting(decision.message, reason=decision.reason)

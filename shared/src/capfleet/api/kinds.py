@@ -234,6 +234,22 @@ LIBVIRT_VM = Kind(
         PrinterColumn("MiB", "integer", ".spec.memoryMiB", "Memory in MiB", 1),
     ),
 )
+VM_QUOTA = Kind(
+    Resource(LIBVIRT_GROUP, VERSION, "vmquotas", "VMQuota"),
+    libvirt.VMQuota,
+    LIBVIRT_VM_OPERATOR,
+    ("vmq",),
+    (
+        PrinterColumn("vCPUs Used", "integer", ".status.used.vcpus", "vCPUs of the namespace's VMs"),
+        PrinterColumn("vCPUs", "integer", ".spec.hard.vcpus", "vCPU limit"),
+        PrinterColumn("MiB Used", "integer", ".status.used.memoryMiB", "Memory of the namespace's VMs"),
+        PrinterColumn("MiB", "integer", ".spec.hard.memoryMiB", "Memory limit"),
+        PrinterColumn("GiB Used", "integer", ".status.used.storageGiB", "Disk of the namespace's VMs", 1),
+        PrinterColumn("GiB", "integer", ".spec.hard.storageGiB", "Disk limit", 1),
+        PrinterColumn("VMs Used", "integer", ".status.used.vms", "VMs in the namespace", 1),
+        PrinterColumn("VMs", "integer", ".spec.hard.vms", "VM count limit", 1),
+    ),
+)
 BAREMETAL_INSTANCE = Kind(
     Resource(BAREMETAL_GROUP, VERSION, "baremetalinstances", "BaremetalInstance"),
     baremetal.BaremetalInstance,
@@ -258,6 +274,7 @@ ALL: tuple[Kind[Any], ...] = (
     NETBOX_VIRTUAL_MACHINE,
     HYPERVISOR,
     LIBVIRT_VM,
+    VM_QUOTA,
     BAREMETAL_INSTANCE,
 )
 

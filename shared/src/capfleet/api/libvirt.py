@@ -1,8 +1,10 @@
-"""The kinds libvirt-vm reconciles (group libvirt.capfleet.dev): hypervisors and the VMs placed on them.
+"""The kinds libvirt-vm reconciles (group libvirt.capfleet.dev): hypervisors, the VMs placed on them, and
+the quotas that bound what a namespace's VMs may take.
 
-Administrators create Hypervisors (cluster-scoped); the glue creates a LibvirtVM for every VM machine
-and reads its state, placement and provider ID back from it. The placement decision is written to
-`spec.hypervisorName` so that it survives a lost status and a clusterctl move.
+Administrators create Hypervisors (cluster-scoped) and VMQuotas (one or more per namespace, as
+Kubernetes' ResourceQuota); the glue creates a LibvirtVM for every VM machine and reads its state,
+placement and provider ID back from it, and users may create LibvirtVMs of their own. The placement
+decision is written to `spec.hypervisorName` so that it survives a lost status and a clusterctl move.
 """
 
 from __future__ import annotations
@@ -268,3 +270,52 @@ class LibvirtVMStatus(Model):
 
 class LibvirtVM(CustomObject[LibvirtVMSpec, LibvirtVMStatus]):
     """A VM on a libvirt hypervisor, with disks cloned from a base image and a NoCloud seed."""
+
+
+class QuotaLimits(Model):
+    """Hard limits on what the VMs of a namespace ask for together; a limit left unset does not limit."""
+
+    vcpus: int | None = Field(default=None, ge=0, description="Virtual CPUs of all VMs together.")
+    memory_mib: int | None = Field(
+        default=None, ge=0, alias="memoryMiB", description="Memory of all VMs together, in MiB."
+    )
+    storage_gib: int | None = Field(
+        default=None,
+        ge=0,
+        alias="storageGiB",
+        description="Disk of all VMs together, in GiB (sizes as asked).",
+    )
+    vms: int | None = Field(default=None, ge=0, description="Number of VMs.")
+
+
+class QuotaUsage(Model):
+    """What the placed VMs of a namespace ask for together."""
+
+    vcpus: int = Field(default=0, ge=0, description="Virtual CPUs.")
+    memory_mib: int = Field(default=0, ge=0, alias="memoryMiB", description="Memory in MiB.")
+    storage_gib: int = Field(default=0, ge=0, alias="storageGiB", description="Disk in GiB.")
+    vms: int = Field(default=0, ge=0, description="Number of VMs.")
+
+
+class VMQuotaSpec(Model):
+    """Desired state of a quota."""
+
+    hard: QuotaLimits = Field(description="Limits no placement may cross.")
+
+
+class VMQuotaStatus(Model):
+    """Observed state of a quota, counted from the namespace's LibvirtVMs (rebuilt whenever it is lost)."""
+
+    hard: QuotaLimits | None = Field(default=None, description="The limits last enforced.")
+    used: QuotaUsage | None = Field(
+        default=None, description="What the namespace's placed VMs ask for, deleting ones included."
+    )
+
+
+class VMQuota(CustomObject[VMQuotaSpec, VMQuotaStatus]):
+    """Hard limits on the vCPUs, memory, disk and number of the LibvirtVMs of its namespace.
+
+    libvirt-vm checks every quota of a VM's namespace when it places the VM, one placement at a time: a
+    VM that would cross a limit waits (Scheduled=False, reason QuotaExceeded, naming the limit and the
+    numbers) and is placed once room frees up. Lowering a limit never touches VMs already placed.
+    """

@@ -182,6 +182,7 @@ def valid_samples() -> list[Obj]:
                 "cloudInit": {"userDataSecretRef": {"name": "sample-bootstrap"}, "hostname": "sample-cp-0"},
             },
         ),
+        _object(kinds.VM_QUOTA, "sample", {"hard": {"vcpus": 16, "memoryMiB": 65536, "storageGiB": 300}}),
         _object(
             kinds.BAREMETAL_INSTANCE,
             "sample",

@@ -1,4 +1,5 @@
-"""A cluster as a tree of objects by ownerReference, each with its conditions: what `make demo` prints.
+"""A cluster as a tree of objects by ownerReference, each with its conditions: what `make demo` and
+`capfleet describe cluster` print.
 
 `clusterctl describe cluster` stops at CAPI's objects; this follows the ownerReferences further, down to
 the fleet's intermediate objects (address claims, VMs, device claims, bare-metal instances), so one look
@@ -13,12 +14,8 @@ from typing import Any
 from capfleet import conditions, resources
 from capfleet.api import kinds
 from capfleet.kube import Kube
-from capfleet.resources import Resource
+from capfleet.resources import KCPS, KUBEADM_CONFIGS, MACHINE_DEPLOYMENTS, MACHINE_SETS
 
-KCPS = Resource("controlplane.cluster.x-k8s.io", "v1beta2", "kubeadmcontrolplanes", "KubeadmControlPlane")
-MACHINE_DEPLOYMENTS = Resource("cluster.x-k8s.io", "v1beta2", "machinedeployments", "MachineDeployment")
-MACHINE_SETS = Resource("cluster.x-k8s.io", "v1beta2", "machinesets", "MachineSet")
-KUBEADM_CONFIGS = Resource("bootstrap.cluster.x-k8s.io", "v1beta2", "kubeadmconfigs", "KubeadmConfig")
 SHOWN = (
     resources.CAPI_CLUSTERS,
     kinds.HYBRID_CLUSTER.resource,

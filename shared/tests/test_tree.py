@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from capfleet_e2e.tree import conditions_text, facts
+from capfleet.tree import conditions_text, facts
 
 
 def condition(type_: str, status: str, reason: str = "R", message: str = "") -> dict[str, str]:

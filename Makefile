@@ -37,7 +37,7 @@ lint:
 	$(UV) ruff check .
 	$(UV) ruff format --check .
 	# One mypy run per member: test modules of different members may share a file name.
-	for member in shared e2e operators/*/; do $(UV) mypy $$member/src $$member/tests; done
+	for member in shared e2e console operators/*/; do $(UV) mypy $$member/src $$member/tests; done
 	$(UV) lint-imports
 
 crds:
@@ -53,8 +53,8 @@ clusterctl-components: setup
 clusterctl-components-check: setup
 	$(UV) python -m capfleet_e2e.clusterctl_components check
 
-## images: build the five operator images with docker, podman or buildah (whichever is found first).
-OPERATORS := ipam-address netbox-device libvirt-vm baremetal-provision capi-machine-glue
+## images: build the five operator images and the console's with docker, podman or buildah (whichever is found first).
+OPERATORS := ipam-address netbox-device libvirt-vm baremetal-provision capi-machine-glue console
 IMAGE_REGISTRY ?= capfleet
 IMAGE_VERSION := $(shell sed -n 's/^VERSION = "\(.*\)"$$/\1/p' shared/src/capfleet/runtime.py)
 IMAGE_TAG ?= v$(IMAGE_VERSION)

@@ -23,6 +23,8 @@ apt_packages=(
   # Real NetBox in the tests (e2e/src/capfleet_e2e/netbox/releases.py): its PostgreSQL and Redis on
   # loopback; NetBox 4.6 runs in a Debian trixie tree made by mmdebstrap (above).
   postgresql redis-server
+  # The console's browser tests (console/tests): headless Chromium and its WebDriver, driven by Selenium.
+  chromium chromium-driver
 )
 missing=()
 for p in "${apt_packages[@]}"; do

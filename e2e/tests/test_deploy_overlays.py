@@ -258,3 +258,37 @@ def test_clusterctl_metadata_declares_the_v1beta2_contract_for_this_release() ->
     major, minor, _ = VERSION.split(".")
     series = {(s["major"], s["minor"]): s["contract"] for s in metadata["releaseSeries"]}
     assert series[(int(major), int(minor))] == "v1beta2"
+
+
+def test_the_console_overlay_acts_only_by_impersonation_and_offers_roles_for_its_users() -> None:
+    objects = rendered("deploy/overlays/console")
+    deployment = only(objects, "Deployment")
+    assert deployment["metadata"]["name"] == "capfleet-console-manager"
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "capfleet-console-manager"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    [container] = pod["containers"]
+    assert container["image"] == "capfleet/console:latest"
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    roles = {o["metadata"]["name"]: o["rules"] for o in objects if o["kind"] == "ClusterRole"}
+    assert set(roles) == {
+        "capfleet-console-manager",
+        "capfleet-console-user",
+        "capfleet-console-hypervisor-viewer",
+    }
+    own = {
+        (g, r, v)
+        for rule in roles["capfleet-console-manager"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+    assert own == {
+        ("authentication.k8s.io", "tokenreviews", "create"),
+        *{("", kind, "impersonate") for kind in ("users", "groups", "serviceaccounts")},
+    }
+    [binding] = [o for o in objects if o["kind"] == "ClusterRoleBinding"]
+    assert binding["roleRef"]["name"] == "capfleet-console-manager"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "capfleet-console-manager", "namespace": NAMESPACE}
+    ]

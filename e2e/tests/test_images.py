@@ -110,6 +110,20 @@ def test_the_entry_point_runs_the_operators_package(operator: str, tmp_path: Pat
     assert written == f'#!/bin/sh\nexec python -m {package_of(operator)} "$@"\n'
 
 
+def test_the_console_image_runs_the_console_package(tmp_path: Path) -> None:
+    project = tomllib.loads((repo_root() / "console" / "pyproject.toml").read_text())
+    assert project["project"]["name"] == "capfleet-console"
+    assert (repo_root() / "console" / "src" / "capfleet_console" / "__main__.py").is_file()
+    build, runtime = stages(instructions())
+    assert any(i.keyword.upper() == "COPY" and i.arguments == "console console" for i in build)
+    (entrypoint,) = [i.arguments for i in runtime if i.keyword.upper() == "ENTRYPOINT"]
+    command = json.loads(entrypoint)[0]
+    [writer] = [i.arguments for i in build if i.keyword.upper() == "RUN" and command in i.arguments]
+    script = f"mkdir -p {tmp_path}/bin\n{writer.replace('/app/.venv/bin', f'{tmp_path}/bin')}"
+    subprocess.run(["sh", "-ec", script], env={"OPERATOR": "console", "PATH": "/usr/bin:/bin"}, check=True)
+    assert (tmp_path / "bin" / command).read_text() == '#!/bin/sh\nexec python -m capfleet_console "$@"\n'
+
+
 def test_the_image_runs_as_non_root_with_its_labels() -> None:
     _, runtime = stages(instructions())
     users = [i.arguments for i in runtime if i.keyword.upper() == "USER"]

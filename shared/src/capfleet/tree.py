@@ -9,12 +9,11 @@ shows where every machine is and why.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import Any, Protocol
 
 from capfleet import conditions, resources
 from capfleet.api import kinds
-from capfleet.kube import Kube
-from capfleet.resources import KCPS, KUBEADM_CONFIGS, MACHINE_DEPLOYMENTS, MACHINE_SETS
+from capfleet.resources import KCPS, KUBEADM_CONFIGS, MACHINE_DEPLOYMENTS, MACHINE_SETS, Resource
 
 SHOWN = (
     resources.CAPI_CLUSTERS,
@@ -32,6 +31,12 @@ SHOWN = (
     kinds.NETBOX_DEVICE.resource,
     kinds.BAREMETAL_INSTANCE.resource,
 )
+
+
+class Lister(Protocol):
+    """What the tree needs of an API client (`capfleet.kube.Kube`, or the console's acting client)."""
+
+    async def list(self, resource: Resource, namespace: str | None = None) -> list[dict[str, Any]]: ...
 
 
 def facts(obj: dict[str, Any]) -> str:
@@ -112,7 +117,7 @@ def conditions_text(obj: dict[str, Any]) -> list[str]:
     return ([f"✓ {', '.join(good)}"] if good else []) + other
 
 
-async def cluster_tree(kube: Kube, namespace: str, cluster: str) -> str:
+async def cluster_tree(kube: Lister, namespace: str, cluster: str) -> str:
     """The Cluster and everything it owns, transitively, as indented text."""
     objects: list[dict[str, Any]] = []
     for resource in SHOWN:

@@ -1,0 +1,140 @@
+"""The console over HTTP against the real API server, as its own ServiceAccount (impersonation only):
+sign-in by TokenReview, the session cookie's flags, form tokens, security headers, and a VM created for
+one user (with its creator and its Secret owned by it) while another user without RBAC creates nothing.
+No operator runs: these check what the console writes and refuses; the browser suite checks the rest."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from capfleet import resources
+from capfleet.api import kinds
+from capfleet.kube import Kube
+from capfleet_console.acting import KubeconfigCredentials
+from capfleet_console.app import build
+from capfleet_console.settings import ConsoleSettings
+from capfleet_e2e.controlplane import Cluster
+from capfleet_e2e.serviceaccounts import apply_operator_rbac, service_account_kubeconfig
+
+pytestmark = pytest.mark.integration
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGJ3wzYd0GnDnEc6Y6VxVtM1iYgV4bB3f0tTxVN1Z7u9 alice@laptop"
+
+
+@pytest.fixture
+async def console(control_plane: Cluster, namespace: str, tmp_path: Path) -> AsyncIterator[TestClient]:  # type: ignore[type-arg]
+    apply_operator_rbac(control_plane.kubectl, "console")
+    kubeconfig = service_account_kubeconfig(control_plane, "console", tmp_path / "console.kubeconfig")
+    settings = ConsoleSettings(images="base", interface="user", namespace=namespace, secure_cookies=False)
+    credentials = await KubeconfigCredentials.load(str(kubeconfig), in_cluster=False)
+    async with Kube.connect("capfleet-console", str(kubeconfig)) as reviewer:
+        client = TestClient(TestServer(build(settings, reviewer, credentials)))
+        await client.start_server()
+        try:
+            yield client
+        finally:
+            await client.close()
+
+
+def user(cluster: Cluster, namespace: str, name: str, bound: bool) -> str:
+    cluster.kubectl("create", "serviceaccount", name, "-n", namespace)
+    if bound:
+        cluster.kubectl(
+            "create", "rolebinding", f"{name}-console", "-n", namespace,
+            "--clusterrole=capfleet-console-user", f"--serviceaccount={namespace}:{name}",
+        )  # fmt: skip
+    return cluster.kubectl("create", "token", name, "-n", namespace, "--duration=1h").strip()
+
+
+async def sign_in(client: TestClient, token: str) -> aiohttp.ClientResponse:  # type: ignore[type-arg]
+    return await client.post("/signin", data={"token": token}, allow_redirects=False)
+
+
+def form_token(html: str) -> str:
+    found = re.search(r'name="form_token" value="([^"]+)"', html)
+    assert found is not None
+    return found.group(1)
+
+
+async def test_sign_in_sessions_and_what_a_page_sends(
+    console: TestClient,  # type: ignore[type-arg]
+    control_plane: Cluster,
+    namespace: str,
+) -> None:
+    page = await console.get("/vms", allow_redirects=False)
+    assert (page.status, page.headers["Location"]) == (303, "/signin")
+
+    refused = await sign_in(console, "not-a-token")
+    assert refused.status == 401
+    assert "did not accept" in await refused.text()
+
+    token = user(control_plane, namespace, "alice", bound=True)
+    answer = await sign_in(console, token)
+    assert (answer.status, answer.headers["Location"]) == (303, "/vms")
+    cookie = answer.headers["Set-Cookie"]
+    assert "HttpOnly" in cookie
+    assert "SameSite=Strict" in cookie
+
+    page = await console.get("/vms")
+    html = await page.text()
+    assert f"system:serviceaccount:{namespace}:alice" in html
+    assert token not in html
+    assert "default-src 'self'" in page.headers["Content-Security-Policy"]
+    assert page.headers["Cache-Control"] == "no-store"
+
+    forged = await console.post("/vms", data={"name": "x", "form_token": "forged"}, allow_redirects=False)
+    assert forged.status == 403
+
+
+async def test_a_vm_made_for_one_user_and_nothing_for_a_user_without_rbac(
+    console: TestClient,  # type: ignore[type-arg]
+    control_plane: Cluster,
+    kube: Kube,
+    namespace: str,
+) -> None:
+    await sign_in(console, user(control_plane, namespace, "alice", bound=True))
+    html = await (await console.get("/vms")).text()
+    form = {
+        "form_token": form_token(html),
+        "name": "web-1",
+        "vcpus": "1",
+        "memory_gib": "1",
+        "disk_gib": "2",
+        "image": "base",
+        "ssh_key": KEY,
+    }
+    made = await console.post(f"/vms?namespace={namespace}", data=form, allow_redirects=False)
+    assert made.status == 303, await made.text()
+    vm = await kube.get(kinds.LIBVIRT_VM.resource, "web-1", namespace)
+    assert vm is not None
+    assert (
+        vm["metadata"]["annotations"]["capfleet.dev/created-by"] == f"system:serviceaccount:{namespace}:alice"
+    )
+    assert vm["spec"]["interfaces"][0]["userMode"] is True
+    secret = await kube.get(resources.SECRETS, "web-1-user-data", namespace)
+    assert secret is not None
+    assert [r["uid"] for r in secret["metadata"]["ownerReferences"]] == [vm["metadata"]["uid"]]
+    listed = await (await console.get(f"/vms?namespace={namespace}")).text()
+    assert 'data-name="web-1"' in listed
+    assert "AAAAC3NzaC1lZDI1NTE5" not in listed
+
+    bad = await console.post(f"/vms?namespace={namespace}", data={**form, "name": "Bad_Name"})
+    assert bad.status == 422
+    assert "lower-case letters" in await bad.text()
+
+    await console.post("/signout", data={"form_token": form["form_token"]}, allow_redirects=False)
+    await sign_in(console, user(control_plane, namespace, "bob", bound=False))
+    html = await (await console.get(f"/vms?namespace={namespace}&scope=all")).text()
+    assert "Forbidden" in html
+    assert 'data-name="web-1"' not in html
+    sneaky = await console.post(
+        f"/vms?namespace={namespace}", data={**form, "name": "sneaky", "form_token": form_token(html)}
+    )
+    assert "Forbidden" in await sneaky.text()
+    assert await kube.get(kinds.LIBVIRT_VM.resource, "sneaky", namespace) is None
+    assert await kube.get(resources.SECRETS, "sneaky-user-data", namespace) is None

@@ -1,12 +1,14 @@
 """The metric families every operator exports on `/metrics`, and how they are recorded.
 
 Shared families mean one dashboard serves the whole fleet: reconciles by kind and result, reconcile
-duration, backend call duration by backend/operation/outcome, and objects by phase. Operators record
+duration, backend call duration by backend/operation/outcome, objects by phase, and IP pool usage
+(deploy/grafana holds the dashboard over them). Operators record
 through the helpers here rather than creating their own families.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,6 +39,13 @@ PROVISIONING_DURATION = prometheus_client.Histogram(
     buckets=(5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1200, 1800, 3600),
 )
 
+POOL_ADDRESSES = prometheus_client.Gauge(
+    "capfleet_pool_addresses",
+    "Addresses of an in-cluster IP pool by state (used, free, outOfRange).",
+    ["namespace", "pool", "state"],
+)
+POOL_STATES = ("used", "free", "outOfRange")
+
 
 def serve(address: str, port: int) -> None:
     """Serve the default registry over HTTP in a background thread."""
@@ -46,6 +55,17 @@ def serve(address: str, port: int) -> None:
 def record_reconcile(kind: str, result: str, seconds: float) -> None:
     RECONCILES.labels(kind=kind, result=result).inc()
     RECONCILE_DURATION.labels(kind=kind).observe(seconds)
+
+
+def record_pool(namespace: str, pool: str, counts: dict[str, int]) -> None:
+    for state in POOL_STATES:
+        POOL_ADDRESSES.labels(namespace=namespace, pool=pool, state=state).set(counts.get(state, 0))
+
+
+def forget_pool(namespace: str, pool: str) -> None:
+    for state in POOL_STATES:
+        with contextlib.suppress(KeyError):
+            POOL_ADDRESSES.remove(namespace, pool, state)
 
 
 def record_provisioning(kind: str, seconds: float) -> None:

@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from capfleet import conditions, errors, statuses
+from capfleet import conditions, errors, metrics, statuses
 from capfleet.api import kinds
 from capfleet.conditions import Update
 from capfleet.kube import Kube
@@ -73,16 +73,21 @@ async def keep(
 
     Between changes it compares with what it wrote last (kopf's view lags its own writes); after an idle
     minute, with kopf's view, which by then shows its writes, so a status wiped by someone else is
-    written again."""
+    written again. The counts are also exported as `capfleet_pool_addresses` while it runs."""
     key = pools.info_of(body).key
     written: dict[str, Any] = dict(body.get("status") or {})
-    while not stopped():
-        desired = desired_status({**body, "status": written}, allocated())
-        changed = statuses.differences(written, desired)
-        if changed:
-            await kube.patch_status(kinds.IPPOOL.resource, key.name, changed, key.namespace)
-            written.update(changed)
-        if await allocator.wait_for_change(key, IDLE_CHECK_SECONDS):
-            await asyncio.sleep(COALESCE_SECONDS)
-        else:
-            written = dict(body.get("status") or {})
+    try:
+        while not stopped():
+            desired = desired_status({**body, "status": written}, allocated())
+            if "ipAddresses" in desired:
+                metrics.record_pool(key.namespace, key.name, desired["ipAddresses"])
+            changed = statuses.differences(written, desired)
+            if changed:
+                await kube.patch_status(kinds.IPPOOL.resource, key.name, changed, key.namespace)
+                written.update(changed)
+            if await allocator.wait_for_change(key, IDLE_CHECK_SECONDS):
+                await asyncio.sleep(COALESCE_SECONDS)
+            else:
+                written = dict(body.get("status") or {})
+    finally:
+        metrics.forget_pool(key.namespace, key.name)

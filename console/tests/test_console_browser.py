@@ -22,34 +22,19 @@ from selenium.webdriver.common.by import By
 from capfleet import resources
 from capfleet.api import kinds, samples
 from capfleet.kube import Kube
-from capfleet_e2e.console import ConsoleProcess, browser, screenshot
+from capfleet_e2e.console import ConsoleProcess, browser, console_user, screenshot
 from capfleet_e2e.controlplane import Cluster
 from capfleet_e2e.libvirt.hypervisor import Hypervisor
 from capfleet_e2e.libvirt.image import TestImage
 from capfleet_e2e.serviceaccounts import RunOperatorAs
 from capfleet_e2e.site import BASE_IMAGE, ensure_base_image, remove_base_image
+from capfleet_e2e.standins import paused_cluster
 from capfleet_e2e.waiting import eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 QUOTAS, VMS = kinds.VM_QUOTA.resource, kinds.LIBVIRT_VM.resource
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGJ3wzYd0GnDnEc6Y6VxVtM1iYgV4bB3f0tTxVN1Z7u9 alice@laptop"
 STATE_COLUMN = 6  # NAMESPACE NAME VCPUS MEMORY DISK STATE …
-
-
-def make_user(cluster: Cluster, namespace: str, name: str, *, console_user: bool) -> str:
-    """A ServiceAccount in `namespace` (bound to the console's user ClusterRole there if `console_user`)
-    and a fresh token of it."""
-    cluster.kubectl("create", "serviceaccount", name, "-n", namespace)
-    if console_user:
-        cluster.kubectl(
-            "create", "rolebinding", f"{name}-console", "-n", namespace,
-            "--clusterrole=capfleet-console-user", f"--serviceaccount={namespace}:{name}",
-        )  # fmt: skip
-        cluster.kubectl(
-            "create", "clusterrolebinding", f"{namespace}-{name}-hypervisors",
-            "--clusterrole=capfleet-console-hypervisor-viewer", f"--serviceaccount={namespace}:{name}",
-        )  # fmt: skip
-    return cluster.kubectl("create", "token", name, "-n", namespace, "--duration=1h").strip()
 
 
 class Page:
@@ -135,8 +120,8 @@ async def test_a_user_creates_a_vm_hits_the_quota_and_another_user_sees_nothing(
         "spec": {"hard": {"vms": 1, "vcpus": 4}},
     }
     await kube.create(QUOTAS, quota, namespace)
-    alice = make_user(control_plane, namespace, "alice", console_user=True)
-    bob = make_user(control_plane, namespace, "bob", console_user=False)
+    alice = console_user(control_plane, namespace, "alice", bound=True, hypervisors=True)
+    bob = console_user(control_plane, namespace, "bob", bound=False)
     settings = {
         "CAPFLEET_CONSOLE_IMAGES": BASE_IMAGE,
         "CAPFLEET_CONSOLE_INTERFACE": "user",
@@ -212,23 +197,7 @@ async def vm_gone(page: Page, name: str) -> bool:
 
 async def show_a_cluster(kube: Kube, page: Page, namespace: str) -> None:
     """A Cluster with a HybridMachine whose steps finished at known times: the page shows each step's time."""
-    cluster = await kube.create(
-        resources.CAPI_CLUSTERS,
-        {
-            "apiVersion": "cluster.x-k8s.io/v1beta2",
-            "kind": "Cluster",
-            "metadata": {"name": "c1"},
-            "spec": {"paused": True},
-        },
-        namespace,
-    )
-    owner = {
-        "apiVersion": "cluster.x-k8s.io/v1beta2",
-        "kind": "Cluster",
-        "name": "c1",
-        "uid": cluster["metadata"]["uid"],
-        "controller": True,
-    }
+    owner = await paused_cluster(kube, namespace, "c1")
     machine = {
         "apiVersion": kinds.HYBRID_MACHINE.resource.api_version,
         "kind": "HybridMachine",

@@ -19,6 +19,7 @@ from capfleet.kube import Kube
 from capfleet_console.acting import KubeconfigCredentials
 from capfleet_console.app import build
 from capfleet_console.settings import ConsoleSettings
+from capfleet_e2e.console import console_user
 from capfleet_e2e.controlplane import Cluster
 from capfleet_e2e.serviceaccounts import apply_operator_rbac, service_account_kubeconfig
 
@@ -39,16 +40,6 @@ async def console(control_plane: Cluster, namespace: str, tmp_path: Path) -> Asy
             yield client
         finally:
             await client.close()
-
-
-def user(cluster: Cluster, namespace: str, name: str, bound: bool) -> str:
-    cluster.kubectl("create", "serviceaccount", name, "-n", namespace)
-    if bound:
-        cluster.kubectl(
-            "create", "rolebinding", f"{name}-console", "-n", namespace,
-            "--clusterrole=capfleet-console-user", f"--serviceaccount={namespace}:{name}",
-        )  # fmt: skip
-    return cluster.kubectl("create", "token", name, "-n", namespace, "--duration=1h").strip()
 
 
 async def sign_in(client: TestClient, token: str) -> aiohttp.ClientResponse:  # type: ignore[type-arg]
@@ -73,7 +64,7 @@ async def test_sign_in_sessions_and_what_a_page_sends(
     assert refused.status == 401
     assert "did not accept" in await refused.text()
 
-    token = user(control_plane, namespace, "alice", bound=True)
+    token = console_user(control_plane, namespace, "alice", bound=True)
     answer = await sign_in(console, token)
     assert (answer.status, answer.headers["Location"]) == (303, "/vms")
     cookie = answer.headers["Set-Cookie"]
@@ -97,7 +88,7 @@ async def test_a_vm_made_for_one_user_and_nothing_for_a_user_without_rbac(
     kube: Kube,
     namespace: str,
 ) -> None:
-    await sign_in(console, user(control_plane, namespace, "alice", bound=True))
+    await sign_in(console, console_user(control_plane, namespace, "alice", bound=True))
     html = await (await console.get("/vms")).text()
     form = {
         "form_token": form_token(html),
@@ -128,7 +119,7 @@ async def test_a_vm_made_for_one_user_and_nothing_for_a_user_without_rbac(
     assert "lower-case letters" in await bad.text()
 
     await console.post("/signout", data={"form_token": form["form_token"]}, allow_redirects=False)
-    await sign_in(console, user(control_plane, namespace, "bob", bound=False))
+    await sign_in(console, console_user(control_plane, namespace, "bob", bound=False))
     html = await (await console.get(f"/vms?namespace={namespace}&scope=all")).text()
     assert "Forbidden" in html
     assert 'data-name="web-1"' not in html

@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 
-from capfleet import cli, resources
+from capfleet import cli
 from capfleet.api import kinds
 from capfleet.kube import Kube
 from capfleet_e2e.controlplane import Cluster
+from capfleet_e2e.standins import paused_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -31,23 +32,7 @@ async def run(kubeconfig: Path, *argv: str) -> tuple[int, str]:
 
 
 async def make_cluster(kube: Kube, namespace: str) -> None:
-    cluster = await kube.create(
-        resources.CAPI_CLUSTERS,
-        {
-            "apiVersion": "cluster.x-k8s.io/v1beta2",
-            "kind": "Cluster",
-            "metadata": {"name": "c1"},
-            "spec": {"paused": True},
-        },
-        namespace,
-    )
-    owner = {
-        "apiVersion": "cluster.x-k8s.io/v1beta2",
-        "kind": "Cluster",
-        "name": "c1",
-        "uid": cluster["metadata"]["uid"],
-        "controller": True,
-    }
+    owner = await paused_cluster(kube, namespace, "c1")
     vm = {
         "apiVersion": kinds.LIBVIRT_VM.resource.api_version,
         "kind": "LibvirtVM",

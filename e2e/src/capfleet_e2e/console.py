@@ -65,6 +65,32 @@ class ConsoleProcess:
             self.component.stop()
 
 
+def console_user(
+    cluster: Cluster, namespace: str, name: str, *, bound: bool, hypervisors: bool = False
+) -> str:
+    """A ServiceAccount in `namespace` as a console user, and a fresh token of it: bound there to
+    capfleet-console-user if `bound`, and cluster-wide to the hypervisor viewer if `hypervisors` (a
+    ClusterRoleBinding named `<namespace>-<name>-hypervisors`, for the test to delete)."""
+    cluster.kubectl("create", "serviceaccount", name, "-n", namespace)
+    subject = f"--serviceaccount={namespace}:{name}"
+    if bound:
+        cluster.kubectl(
+            "create",
+            "rolebinding",
+            f"{name}-console",
+            "-n",
+            namespace,
+            "--clusterrole=capfleet-console-user",
+            subject,
+        )
+    if hypervisors:
+        cluster.kubectl(
+            "create", "clusterrolebinding", f"{namespace}-{name}-hypervisors",
+            "--clusterrole=capfleet-console-hypervisor-viewer", subject,
+        )  # fmt: skip
+    return cluster.kubectl("create", "token", name, "-n", namespace, "--duration=1h").strip()
+
+
 @contextlib.contextmanager
 def browser() -> Iterator[Any]:
     """A headless Chromium driven through Debian's chromedriver; closed afterwards."""

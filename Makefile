@@ -6,7 +6,7 @@ UV := uv run --frozen
 PYTEST_ARGS ?= --durations=25
 
 .PHONY: setup demo test lint typecheck crds crds-check clusterctl-components clusterctl-components-check \
-	images unit integration bench-ipam clean node-image deploy-ramdisk test-full
+	images unit integration bench-ipam bench-console clean node-image deploy-ramdisk test-full
 
 setup:
 	bash hack/setup.sh
@@ -82,6 +82,10 @@ integration: setup
 ## bench-ipam: ipam-address against the Go in-cluster IPAM provider, 1,000 claims each (not part of test).
 bench-ipam: setup
 	$(UV) python -m capfleet_e2e.bench.ipam
+
+## bench-console: the console's VM list page load with 500 VMs in a namespace, and with 50 (not part of test).
+bench-console: setup
+	$(UV) python -m capfleet_e2e.bench.console
 
 clean:
 	rm -rf _artifacts .pytest_cache .mypy_cache .ruff_cache

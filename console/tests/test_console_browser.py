@@ -219,7 +219,7 @@ async def show_a_cluster(kube: Kube, page: Page, namespace: str) -> None:
     await page.open(f"/clusters/{namespace}/c1")
     tree = page.text("#tree")
     assert "HybridMachine c1-cp-0" in tree
-    assert "✓ Ready, ClusterInfrastructureReady 1s, BootstrapDataReady 30s, VMProvisioned 2m39s" in tree
+    assert "✓ ClusterInfrastructureReady 1s, BootstrapDataReady 30s, VMProvisioned 2m39s" in tree
     screenshot(page.driver, "cluster")
 
 

@@ -38,7 +38,15 @@ def exported(exposition: str) -> set[str]:
 
 def test_the_dashboard_covers_what_users_ask_first() -> None:
     titles = " ".join(p["title"] for p in json.loads(DASHBOARD.read_text())["panels"])
-    for topic in ("BMC errors", "NetBox errors", "IP pool usage", "provisioning", "Reconcile duration"):
+    for topic in (
+        "Machines by phase",
+        "Step durations",
+        "BMC errors",
+        "NetBox errors",
+        "IP pool usage",
+        "provisioning",
+        "Reconcile duration",
+    ):
         assert topic in titles
 
 

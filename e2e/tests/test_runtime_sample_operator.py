@@ -148,6 +148,7 @@ async def test_sample_operator_reconciles_pauses_and_stays_idle(
     ):
         assert f"# TYPE {family.removesuffix('_total')}" in exposition, family
     assert 'capfleet_reconciles_total{kind="Sample",result="success"}' in exposition
+    assert 'capfleet_objects{kind="Sample",phase="Ready"} 1.0' in exposition
 
     if not isinstance(control_plane, ControlPlane):
         pytest.skip("idle writes are counted from the local control plane's audit log")

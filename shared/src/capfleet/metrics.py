@@ -1,8 +1,8 @@
 """The metric families every operator exports on `/metrics`, and how they are recorded.
 
 Shared families mean one dashboard serves the whole fleet: reconciles by kind and result, reconcile
-duration, backend call duration by backend/operation/outcome, objects by phase, and IP pool usage
-(deploy/grafana holds the dashboard over them). Operators record
+duration, backend call duration by backend/operation/outcome, objects by phase, how long each step
+of an object took, and IP pool usage (deploy/grafana holds the dashboard over them). Operators record
 through the helpers here rather than creating their own families.
 """
 
@@ -39,6 +39,14 @@ PROVISIONING_DURATION = prometheus_client.Histogram(
     buckets=(5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1200, 1800, 3600),
 )
 
+STEP_DURATION = prometheus_client.Histogram(
+    "capfleet_step_duration_seconds",
+    "How long a step (a condition Ready summarises) took: from the step before it, or the object's "
+    "creation, to the step becoming True.",
+    ["kind", "step"],
+    buckets=(1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600),
+)
+
 POOL_ADDRESSES = prometheus_client.Gauge(
     "capfleet_pool_addresses",
     "Addresses of an in-cluster IP pool by state (used, free, outOfRange).",
@@ -66,6 +74,37 @@ def forget_pool(namespace: str, pool: str) -> None:
     for state in POOL_STATES:
         with contextlib.suppress(KeyError):
             POOL_ADDRESSES.remove(namespace, pool, state)
+
+
+def record_steps(kind: str, durations: dict[str, int]) -> None:
+    for step, seconds in durations.items():
+        STEP_DURATION.labels(kind=kind, step=step).observe(seconds)
+
+
+class PhaseCounts:
+    """Keeps `capfleet_objects{kind, phase}` equal to how many watched objects are in each phase: every
+    watch event moves its object from the phase it was counted under to its new one; deletion uncounts it."""
+
+    def __init__(self, gauge: prometheus_client.Gauge = OBJECTS) -> None:
+        self.gauge = gauge
+        self.counted: dict[str, tuple[str, str]] = {}
+
+    def observe(self, uid: str, kind: str, phase: str) -> None:
+        previous = self.counted.get(uid)
+        if previous == (kind, phase):
+            return
+        if previous is not None:
+            self.gauge.labels(*previous).dec()
+        self.counted[uid] = (kind, phase)
+        self.gauge.labels(kind, phase).inc()
+
+    def forget(self, uid: str) -> None:
+        previous = self.counted.pop(uid, None)
+        if previous is not None:
+            self.gauge.labels(*previous).dec()
+
+
+PHASES = PhaseCounts()
 
 
 def record_provisioning(kind: str, seconds: float) -> None:

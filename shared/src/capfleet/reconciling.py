@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Self, TypeVar
 
-from capfleet import conditions, errors, events, pausing, statuses
+from capfleet import conditions, errors, events, metrics, pausing, statuses
 from capfleet.api.base import Condition
 from capfleet.conditions import Update
 from capfleet.kube import Kube
@@ -140,8 +140,9 @@ class Context:
         ready_steps: list[str] | None,
     ) -> dict[str, Any]:
         """Patch the status keys that change (conditions, with a summarised Ready when `ready_steps` are
-        given) through the status subresource, and post an Event when Ready changes; return the desired
-        status. Only what differs is written: an idle fleet makes no API writes."""
+        given) through the status subresource, post an Event when Ready changes, time the steps just done
+        (`capfleet_step_duration_seconds`); return the desired status. Only what differs is written: an
+        idle fleet makes no API writes."""
         meta = body["metadata"]
         current = body.get("status") or {}
         desired = {
@@ -153,7 +154,12 @@ class Context:
         changed = statuses.differences(current, desired)
         if changed:
             await self.kube.patch_status(resource, meta["name"], changed, meta.get("namespace"))
-        ready = conditions.find(conditions.parse(desired["conditions"]), conditions.READY)
+        found = conditions.parse(desired["conditions"])
+        if ready_steps and "conditions" in changed and meta.get("creationTimestamp"):
+            before = conditions.parse(current.get("conditions"))
+            done = statuses.steps_done(before, found, ready_steps, meta["creationTimestamp"])
+            metrics.record_steps(resource.kind, done)
+        ready = conditions.find(found, conditions.READY)
         if ready is not None:
             await self.announce(body, ready)
         return desired

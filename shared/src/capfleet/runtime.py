@@ -28,8 +28,9 @@ from typing import Any, ParamSpec, TypeVar
 import kopf
 from aiohttp import web
 
-from capfleet import errors, events, leadership, metrics, reconciling, securemetrics
+from capfleet import errors, events, leadership, metrics, reconciling, securemetrics, statuses
 from capfleet.kube import Kube
+from capfleet.resources import Resource
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -229,6 +230,23 @@ def reconciler(kind: str) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, A
         return wrapper
 
     return decorate
+
+
+def count_phases(resource: Resource, registry: kopf.OperatorRegistry | None = None) -> None:
+    """Count the objects of `resource` by phase in `capfleet_objects` (`statuses.phase_of`), from every
+    watch event, so the dashboard shows where machines are without listing them."""
+
+    @kopf.on.event(
+        *resource.watch, id=f"count-phase/{resource.plural}", registry=registry or kopf.get_default_registry()
+    )
+    async def count_phase(event: kopf.RawEvent, body: kopf.Body, uid: str | None, **_: Any) -> None:
+        # Async, so the counts are only ever touched from the event loop.
+        if not uid:
+            return
+        if event.get("type") == "DELETED":
+            metrics.PHASES.forget(uid)
+        else:
+            metrics.PHASES.observe(uid, resource.kind, statuses.phase_of(body))
 
 
 def _install(

@@ -6,7 +6,7 @@ empty. These are the pure parts; `capfleet.reconciling` writes what they compute
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, MutableMapping
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from typing import Any
 
 from capfleet import conditions
@@ -38,6 +38,31 @@ def with_conditions(
     if ready_steps is not None:
         result = conditions.apply(result, conditions.summarize(result, ready_steps), generation=generation)
     return conditions.to_wire(result)
+
+
+def phase_of(body: Mapping[str, Any]) -> str:
+    """The one word a dashboard counts an object under: its `status.phase` where the kind has one, else
+    `Ready` when Ready is True, else Ready's reason (the step it waits for or the failure that stops it),
+    `Pending` while nothing has been written."""
+    status = body.get("status") or {}
+    if isinstance(status.get("phase"), str) and status["phase"]:
+        return str(status["phase"])
+    # Read from the wire form, not parsed: a watch event may carry any object, valid or not.
+    found = [c for c in status.get("conditions") or () if isinstance(c, Mapping)]
+    ready = next((c for c in found if c.get("type") == conditions.READY), None)
+    if ready is None:
+        return "Pending"
+    return conditions.READY if ready.get("status") == "True" else str(ready.get("reason") or "NotReady")
+
+
+def steps_done(
+    before: Iterable[Condition], after: Sequence[Condition], steps: Sequence[str], created: str
+) -> dict[str, int]:
+    """The steps that became True between `before` and `after`, with how long each took
+    (`conditions.step_durations`): what a reconcile has just finished, timed once."""
+    was_true = {c.type for c in before if c.status == "True"}
+    took = conditions.step_durations(after, steps, created)
+    return {step: seconds for step, seconds in took.items() if step not in was_true}
 
 
 def transitions(before: Iterable[Condition], after: Iterable[Condition]) -> list[Condition]:

@@ -6,9 +6,11 @@ import kopf
 
 from capfleet import reconciling as kit
 from capfleet import runtime
+from capfleet.resources import Resource
 from capfleet_e2e.sample import reconciling
 
 IDENTITY = runtime.Identity("sample")
+runtime.count_phases(Resource("sample.capfleet.dev", "v1alpha1", "samples", "Sample"))
 
 
 @kopf.on.resume("sample.capfleet.dev", "samples")

@@ -27,6 +27,7 @@ IDENTITY = runtime.Identity("baremetal-provision")
 """The baremetal-provision operator's identity keeps its marks apart from the other operators'."""
 
 INSTANCES = kinds.BAREMETAL_INSTANCE.resource.watch
+runtime.count_phases(kinds.BAREMETAL_INSTANCE.resource)
 DEADLINE_CHECK_SECONDS = 5.0
 RESYNC_SECONDS = 60.0
 BOOT_SERVER_KEY = "boot_server"

@@ -33,6 +33,7 @@ from capi_machine_glue.contexts import (
 from capi_machine_glue.wakeups import HYBRID_CLUSTER, HYBRID_MACHINE, Key, Wakeups
 
 IDENTITY = runtime.Identity("capi-machine-glue")
+runtime.count_phases(HYBRID_MACHINES)
 CANCELLATION_TIMEOUT = 10.0
 
 

@@ -22,6 +22,8 @@ from libvirt_vm.contexts import HYPERVISORS, SHARED_KEY, VMS, Context, Shared
 from libvirt_vm.settings import LibvirtSettings
 
 IDENTITY = runtime.Identity("libvirt-vm")
+runtime.count_phases(VMS)
+runtime.count_phases(HYPERVISORS)
 
 
 @kopf.on.startup()

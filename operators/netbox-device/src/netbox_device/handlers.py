@@ -19,6 +19,8 @@ from netbox_device.contexts import SHARED_KEY, Context, Shared
 IDENTITY = runtime.Identity("netbox-device")
 DEVICES = kinds.NETBOX_DEVICE.resource.watch
 MACHINES = kinds.NETBOX_VIRTUAL_MACHINE.resource.watch
+runtime.count_phases(kinds.NETBOX_DEVICE.resource)
+runtime.count_phases(kinds.NETBOX_VIRTUAL_MACHINE.resource)
 
 
 @kopf.on.startup()

@@ -8,21 +8,18 @@ Screenshots of each page go to the artifacts (`console/`). No page ever shows a 
 
 from __future__ import annotations
 
-import asyncio
 import datetime
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from libvirt_vm_helpers import OPERATOR_ENV, create_hypervisor, delete_all, leftovers  # type: ignore[import-not-found]
-from selenium.common.exceptions import NoSuchElementException
 from selenium.webdriver.common.by import By
 
 from capfleet import resources
 from capfleet.api import kinds, samples
 from capfleet.kube import Kube
 from capfleet_e2e.console import ConsoleProcess, browser, console_user, screenshot
+from capfleet_e2e.console import Page as ConsolePage
 from capfleet_e2e.controlplane import Cluster
 from capfleet_e2e.libvirt.hypervisor import Hypervisor
 from capfleet_e2e.libvirt.image import TestImage
@@ -37,34 +34,8 @@ KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGJ3wzYd0GnDnEc6Y6VxVtM1iYgV4bB3f0tTx
 STATE_COLUMN = 6  # NAMESPACE NAME VCPUS MEMORY DISK STATE …
 
 
-class Page:
-    """The browser on the console, with the few steps the tests take; blocking calls run in a thread."""
-
-    def __init__(self, driver: Any, url: str, namespace: str) -> None:
-        self.driver, self.url, self.namespace = driver, url, namespace
-        self.seen: list[str] = []  # every page's HTML, to check that no secret was ever shown
-
-    async def call(self, action: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.to_thread(action, *args)
-
-    async def open(self, path: str) -> None:
-        await self.call(self.driver.get, self.url + path)
-        self.seen.append(await self.call(lambda: self.driver.page_source))
-
-    async def sign_in(self, token: str) -> None:
-        await self.open("/signin")
-        await self.call(lambda: self.driver.find_element(By.ID, "token").send_keys(token))
-        await self.call(lambda: self.driver.find_element(By.ID, "signin").click())
-        self.seen.append(await self.call(lambda: self.driver.page_source))
-
-    async def sign_out(self) -> None:
-        await self.call(lambda: self.driver.find_element(By.CSS_SELECTOR, ".signout button").click())
-
-    def text(self, selector: str) -> str:
-        try:
-            return str(self.driver.find_element(By.CSS_SELECTOR, selector).text)
-        except NoSuchElementException:
-            return ""
+class Page(ConsolePage):
+    """The browser on the console's VMs page, with the steps these tests take there."""
 
     async def create_vm(self, name: str) -> None:
         await self.open(f"/vms?namespace={self.namespace}")

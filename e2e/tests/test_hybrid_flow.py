@@ -17,12 +17,14 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from capfleet import pausing, resources
 from capfleet.api import kinds
+from capfleet_e2e.console import ConsoleProcess, Page, browser, console_user, finished_steps, screenshot
 from capfleet_e2e.controlplane import ControlPlane
 from capfleet_e2e.serviceaccounts import forbidden_requests
 from capfleet_e2e.site import OPERATOR_ENV, HybridSite, domains_of
@@ -61,7 +63,7 @@ def fleet_writes(cp: ControlPlane, after: int) -> list[str]:
 
 
 async def test_hybrid_cluster_is_provisioned_scaled_paused_and_deleted_without_leftovers(
-    site: HybridSite,
+    site: HybridSite, tmp_path: Path
 ) -> None:
     kube, ns = site.kube, site.namespace
     site.apply(site.manifest())
@@ -89,6 +91,7 @@ async def test_hybrid_cluster_is_provisioned_scaled_paused_and_deleted_without_l
     assert len(claimed) == 1
     [server] = claimed.values()
     assert "kubeadm join" in server.serial_output()
+    await the_console_shows_the_cluster(site, tmp_path)
 
     # Pause: the fleet mirrors it onto every child, then nothing moves, even when the MachineDeployment
     # is scaled up; unpausing lets the scale-up through.
@@ -125,6 +128,31 @@ async def test_hybrid_cluster_is_provisioned_scaled_paused_and_deleted_without_l
     vms = site.netbox.client.list_all("virtualization/virtual-machines/")
     assert [vm["name"] for vm in vms if (vm.get("cluster") or {}).get("name") == vm_cluster] == []
     assert_no_forbidden_requests(site)
+
+
+async def the_console_shows_the_cluster(site: HybridSite, workdir: Path) -> None:
+    """The console's page of this provisioned cluster, in a real browser, for a user bound to
+    capfleet-console-user in the namespace: every object of the cluster, and each HybridMachine's
+    finished steps with how long each took. The screenshot is `console/hybrid-cluster.png`."""
+    kube, ns = site.kube, site.namespace
+    console = ConsoleProcess(site.cp, workdir, {"CAPFLEET_CONSOLE_NAMESPACE": ns}).start()
+    try:
+        token = console_user(site.cp, ns, "viewer", bound=True)
+        with browser() as driver:
+            page = Page(driver, console.url, ns)
+            await page.sign_in(token)
+            await page.open(f"/clusters/{ns}/{CLUSTER}")
+            tree = page.text("#tree")
+            screenshot(driver, "hybrid-cluster")
+    finally:
+        console.stop()
+    shown = [resources.CAPI_MACHINES, *(kind.resource for kind in CAPFLEET_KINDS)]
+    for resource in shown:
+        for obj in await kube.list(resource, ns):
+            assert f"{obj['kind']} {obj['metadata']['name']}" in tree, tree
+    for machine in await kube.list(kinds.HYBRID_MACHINE.resource, ns):
+        assert finished_steps(tree, machine) == [], tree
+    assert all(token not in html for html in page.seen)
 
 
 def assert_no_forbidden_requests(site: HybridSite) -> None:

@@ -8,6 +8,7 @@ page refreshes its tree every few seconds with a little script, and works withou
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -185,7 +186,7 @@ async def vms_page(
 ) -> web.Response:
     api, namespace = acting(request, session), namespace_of(request)
     scope = request.query.get("scope", "mine")
-    found, refused = await listed(api, VMS, namespace)
+    (found, refused), quota = await asyncio.gather(listed(api, VMS, namespace), quota_bar(api, namespace))
     shown = views.mine(found, session.identity.user) if scope == "mine" else found
     table = tables.vms(shown, datetime.datetime.now(datetime.UTC))
     rows = [
@@ -201,7 +202,7 @@ async def vms_page(
         header=table.header,
         rows=rows,
         refused=refused,
-        quota=await quota_bar(api, namespace),
+        quota=quota,
         images=request.app[SETTINGS].image_list(),
         problems=problems or {},
         form=dict(await request.post()) if problems else {},

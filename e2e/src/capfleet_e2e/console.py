@@ -1,5 +1,6 @@
-"""The console as the tests run it: `python -m capfleet_console` on loopback as its own ServiceAccount
-(the RBAC of deploy/overlays/console), users as ServiceAccounts with tokens, and a headless Chromium.
+"""The console as the tests and `make demo` run it: `python -m capfleet_console` on loopback as its own
+ServiceAccount (the RBAC of deploy/overlays/console), users as ServiceAccounts with tokens, and a headless
+Chromium on its pages.
 
 Chromium and its driver come from Debian (hack/setup.sh); Selenium is told where they are, so it never
 looks for a driver to download.
@@ -7,17 +8,24 @@ looks for a driver to download.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import re
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from selenium import webdriver
+from selenium.common.exceptions import NoSuchElementException
 from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
 
+from capfleet.api import kinds
+from capfleet.kube import Kube
 from capfleet_e2e.controlplane import Cluster
 from capfleet_e2e.kubebin import artifacts_dir
 from capfleet_e2e.processes import Component, free_port, wait_for
@@ -118,3 +126,97 @@ def screenshot(driver: Any, name: str) -> Path:
     path = folder / f"{name}.png"
     driver.save_screenshot(str(path))
     return path
+
+
+class Page:
+    """The browser on the console, with the few steps the tests take; blocking calls run in a thread."""
+
+    def __init__(self, driver: Any, url: str, namespace: str) -> None:
+        self.driver, self.url, self.namespace = driver, url, namespace
+        self.seen: list[str] = []  # every page's HTML, to check that no secret was ever shown
+
+    async def call(self, action: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.to_thread(action, *args)
+
+    async def open(self, path: str) -> None:
+        await self.call(self.driver.get, self.url + path)
+        self.seen.append(await self.call(lambda: self.driver.page_source))
+
+    async def sign_in(self, token: str) -> None:
+        await self.open("/signin")
+        await self.call(lambda: self.driver.find_element(By.ID, "token").send_keys(token))
+        await self.call(lambda: self.driver.find_element(By.ID, "signin").click())
+        self.seen.append(await self.call(lambda: self.driver.page_source))
+
+    async def sign_out(self) -> None:
+        await self.call(lambda: self.driver.find_element(By.CSS_SELECTOR, ".signout button").click())
+
+    def text(self, selector: str) -> str:
+        try:
+            return str(self.driver.find_element(By.CSS_SELECTOR, selector).text)
+        except NoSuchElementException:
+            return ""
+
+
+def finished_steps(tree: str, machine: dict[str, Any]) -> list[str]:
+    """The True step conditions of a HybridMachine that the cluster page's tree does not show with how
+    long the step took (`<Step> 12s` or `<Step> 3m04s`): empty when every finished step is there."""
+    steps = [
+        c["type"]
+        for c in (machine.get("status") or {}).get("conditions") or []
+        if c["status"] == "True" and c["type"] not in {"Ready", "Paused"}
+    ]
+    assert steps, f"{machine['metadata']['name']} has finished steps"
+    return [step for step in steps if not re.search(rf"\b{step} \d+(m\d\d)?s\b", tree)]
+
+
+DEMO_QUOTA = {"vcpus": 16, "memoryMiB": 64 * 1024, "storageGiB": 300, "vms": 20}
+
+
+@contextlib.asynccontextmanager
+async def demo_console(
+    cluster: Cluster, kube: Kube, namespace: str, workdir: Path, env: dict[str, str]
+) -> AsyncIterator[DemoConsole]:
+    """The console as `make demo` offers it: running on loopback, a VMQuota in `namespace` (so its bar
+    has limits to show), and a user `demo-user` there (capfleet-console-user in the namespace, the
+    hypervisor viewer cluster-wide) whose token is written to a file only its owner can read."""
+    quota = {
+        "apiVersion": kinds.VM_QUOTA.resource.api_version,
+        "kind": kinds.VM_QUOTA.kind,
+        "metadata": {"name": "demo"},
+        "spec": {"hard": DEMO_QUOTA},
+    }
+    await kube.create_or_get(kinds.VM_QUOTA.resource, quota, namespace)
+    console = ConsoleProcess(cluster, workdir, {"CAPFLEET_CONSOLE_NAMESPACE": namespace, **env}).start()
+    try:
+        token = console_user(cluster, namespace, "demo-user", bound=True, hypervisors=True)
+        token_file = workdir / "console-token"
+        token_file.touch(mode=0o600)
+        token_file.write_text(token + "\n")
+        yield DemoConsole(console.url, token_file, namespace)
+    finally:
+        console.stop()
+        cluster.kubectl(
+            "delete", "clusterrolebinding", f"{namespace}-demo-user-hypervisors", "--ignore-not-found"
+        )
+
+
+@dataclass(frozen=True)
+class DemoConsole:
+    url: str
+    token_file: Path
+    namespace: str
+
+    async def screenshots(self, cluster_name: str) -> list[Path]:
+        """The VMs page and the cluster's page as the demo user sees them, saved to the artifacts."""
+        saved = []
+        with browser() as driver:
+            page = Page(driver, self.url, self.namespace)
+            await page.sign_in(self.token_file.read_text().strip())
+            for name, path in (
+                ("demo-vms", f"/vms?namespace={self.namespace}&scope=all"),
+                ("demo-cluster", f"/clusters/{self.namespace}/{cluster_name}"),
+            ):
+                await page.open(path)
+                saved.append(await asyncio.to_thread(screenshot, driver, name))
+        return saved

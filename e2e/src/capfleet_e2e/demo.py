@@ -12,7 +12,9 @@ claimed from NetBox, network-boots capfleet's deploy ramdisk (`make deploy-ramdi
 node image to its disk, and is power-cycled onto it; real cloud-init runs Cluster API's `kubeadm init`
 and `kubeadm join`. `CAPFLEET_DEMO_WORKER=vm` makes the worker a VM instead. The demo waits until both
 Nodes are Ready and both Machines Running, prints the workload cluster's Nodes, the Machines and the
-cluster tree, and says how to reach the workload cluster. Interactive runs stay up until Enter; then it
+cluster tree, and says how to reach the workload cluster and how to sign in to the console (capfleet's web
+UI, started beside the operators, with a VMQuota and a user in the demo's namespace; its VMs and cluster
+pages are saved as screenshots when Chromium is installed). Interactive runs stay up until Enter; then it
 deletes the cluster and checks that libvirt holds no domain or volume of it, that every address went back
 to its pool and that the server's NetBox device is free again, and fails naming what was left.
 """
@@ -35,6 +37,7 @@ from capfleet.tree import cluster_tree
 from capfleet_e2e.baremetal.lab import PxeLab
 from capfleet_e2e.baremetal.servers import BareMetalServer
 from capfleet_e2e.capi import CapiManagers
+from capfleet_e2e.console import CHROMIUM, DemoConsole, demo_console
 from capfleet_e2e.controlplane import ControlPlane
 from capfleet_e2e.deployramdisk.build import DeployRamdisk, ensure_deploy_ramdisk
 from capfleet_e2e.kubebin import artifacts_dir
@@ -79,6 +82,14 @@ class MetalParts:
         ]
 
 
+def console_env(lab: NodeLab) -> dict[str, str]:
+    """The Create VM form offers the node image and puts VMs on the lab network."""
+    return {
+        "CAPFLEET_CONSOLE_IMAGES": lab.volume,
+        "CAPFLEET_CONSOLE_INTERFACE": f"bridge:{lab.network.bridge}",
+    }
+
+
 def say(text: str = "") -> None:
     print(text, flush=True)
 
@@ -100,7 +111,7 @@ async def leftovers(site: NodeSite, metal: MetalParts | None) -> list[str]:
     return found
 
 
-async def show(site: NodeSite, started: float, metal: MetalParts | None) -> None:
+async def show(site: NodeSite, started: float, metal: MetalParts | None, console: DemoConsole) -> None:
     say("Waiting for the control-plane Node and KCP's checks of it (minutes: the VMs run without KVM)...")
     await site.add_workers(1)
     say(f"  control plane Ready and healthy {time.monotonic() - started:.0f} s after kubectl apply")
@@ -114,7 +125,12 @@ async def show(site: NodeSite, started: float, metal: MetalParts | None) -> None
     say(f"$ kubectl get machines -n {NAMESPACE}      # the management cluster")
     say(site.cp.kubectl("get", "machines", "-n", NAMESPACE))
     say(await cluster_tree(site.kube, NAMESPACE, CLUSTER))
+    if CHROMIUM.exists():
+        shots = await console.screenshots(CLUSTER)
+        say("The console's VMs and cluster pages, as the demo user sees them: " + ", ".join(map(str, shots)))
     say("\nLook around while this runs:")
+    say(f"  console:            {console.url}  (sign in with the token in {console.token_file}:")
+    say(f"                      ServiceAccount {NAMESPACE}/demo-user, bound to capfleet-console-user)")
     say(f"  workload cluster:   export KUBECONFIG={site.workload.kubeconfig}; kubectl get pods -A")
     say(f"                      (its API at {site.access.server} is relayed to the VIP")
     say(f"                      {site.variables['CONTROL_PLANE_ENDPOINT_HOST']}:6443 inside the lab network)")
@@ -173,8 +189,11 @@ async def run(cluster: ControlPlane, lab: NodeLab, workdir: Path, metal: MetalPa
                         f" BMC {metal.server.bmc_address}) in namespace {NAMESPACE}.")  # fmt: skip
                 else:
                     say(f"\nApplying {VM_TEMPLATE} (variables filled in) in namespace {NAMESPACE}.")
+                console = await stack.enter_async_context(
+                    demo_console(cluster, kube, NAMESPACE, workdir, console_env(lab))
+                )
                 say(site.apply(manifest))
-                await show(site, time.monotonic(), metal)
+                await show(site, time.monotonic(), metal, console)
                 if sys.stdin.isatty() and not os.environ.get("CI"):
                     await asyncio.to_thread(input, "\nPress Enter to delete the cluster and tear down. ")
                 say("Deleting the Cluster: Nodes drained, VMs destroyed, volumes and addresses released...")

@@ -8,7 +8,8 @@ retries anyway and a refused host key needs a person, not a storm of reconnects.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from capfleet import conditions, errors
@@ -32,14 +33,33 @@ def demand_of(vm: LibvirtVM) -> placing.Demand:
     )
 
 
-async def placed_vms(ctx: Context) -> list[tuple[str, placing.Demand]]:
-    """Every LibvirtVM placed on some hypervisor, with what it asks for."""
-    placed = []
-    for body in await ctx.kube.list(VMS):
+@dataclass(frozen=True)
+class PlacedVM:
+    namespace: str
+    hypervisor: str
+    demand: placing.Demand
+
+
+def placed(vm_bodies: Iterable[Mapping[str, Any]]) -> list[PlacedVM]:
+    """The LibvirtVMs placed on some hypervisor (deleting ones included: they hold their domains yet),
+    with what each asks for."""
+    found = []
+    for body in vm_bodies:
         vm = kinds.LIBVIRT_VM.parse(body)
         if vm.spec.hypervisor_name:
-            placed.append((vm.spec.hypervisor_name, demand_of(vm)))
-    return placed
+            found.append(
+                PlacedVM(str(vm.metadata.get("namespace", "")), vm.spec.hypervisor_name, demand_of(vm))
+            )
+    return found
+
+
+def on_hypervisors(vms: Iterable[PlacedVM]) -> list[tuple[str, placing.Demand]]:
+    return [(vm.hypervisor, vm.demand) for vm in vms]
+
+
+async def placed_vms(ctx: Context) -> list[tuple[str, placing.Demand]]:
+    """Every LibvirtVM placed on some hypervisor, with what it asks for."""
+    return on_hypervisors(placed(await ctx.kube.list(VMS)))
 
 
 def capacity_fields(found: hosts.HostFacts, used: placing.Demand) -> dict[str, Any]:

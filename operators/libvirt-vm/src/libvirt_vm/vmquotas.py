@@ -11,7 +11,7 @@ finalizer and no annotation of this operator's: deleting one never waits for any
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from capfleet import errors
@@ -37,23 +37,19 @@ async def limits_in(ctx: Context, namespace: str) -> list[tuple[str, QuotaLimits
     return [(body["metadata"]["name"], kinds.VM_QUOTA.parse(body).spec.hard) for body in found]
 
 
-async def used_in(ctx: Context, namespace: str) -> QuotaUsage:
-    """What the namespace's placed VMs ask for, deleting ones included (they hold their domains yet)."""
-    demands = []
-    for body in await ctx.kube.list(VMS, namespace):
-        vm = kinds.LIBVIRT_VM.parse(body)
-        if vm.spec.hypervisor_name:
-            demands.append(hypervisors.demand_of(vm))
-    return quotas.usage(demands)
+def used_by(vms: Iterable[hypervisors.PlacedVM], namespace: str) -> QuotaUsage:
+    return quotas.usage([vm.demand for vm in vms if vm.namespace == namespace])
 
 
-async def admit(ctx: Context, namespace: str, demand: placing.Demand) -> None:
-    """Nothing if `demand` fits under every quota of `namespace`; QuotaExceeded naming each limit it would
-    cross otherwise. Call it under the placement lock."""
+async def admit(
+    ctx: Context, namespace: str, demand: placing.Demand, placed: Iterable[hypervisors.PlacedVM]
+) -> None:
+    """Nothing if `demand` fits under every quota of `namespace`, given the VMs `placed` now; QuotaExceeded
+    naming each limit it would cross otherwise. Call it under the placement lock."""
     limits = await limits_in(ctx, namespace)
     if not limits:
         return
-    refused = quotas.refusal(limits, await used_in(ctx, namespace), demand)
+    refused = quotas.refusal(limits, used_by(placed, namespace), demand)
     if refused is not None:
         raise QuotaExceeded(refused)
 
@@ -70,7 +66,7 @@ async def refresh(ctx: Context, namespace: str) -> None:
     found = await ctx.kube.list(QUOTAS, namespace)
     if not found:
         return
-    used = await used_in(ctx, namespace)
+    used = used_by(hypervisors.placed(await ctx.kube.list(VMS, namespace)), namespace)
     for body in found:
         wanted = status_of(kinds.VM_QUOTA.parse(body).spec.hard, used)
         current = body.get("status") or {}

@@ -65,14 +65,15 @@ async def place(ctx: Context, vm: LibvirtVM, owner: domains.Owner) -> str:
             if already:
                 return already
         demand = hypervisors.demand_of(vm)
-        await vmquotas.admit(ctx, owner.namespace, demand)
+        placed = hypervisors.placed(await ctx.kube.list(VMS))
+        await vmquotas.admit(ctx, owner.namespace, demand, placed)
         candidates = [
             hypervisors.candidate(kinds.HYPERVISOR.parse(h), ctx.settings)
             for h in await ctx.kube.list(HYPERVISORS)
             if not h["metadata"].get("deletionTimestamp")
         ]
         request = placing.Request(demand, vm.spec.hypervisor_selector.match_labels, vm.spec.failure_domain)
-        decision = placing.place(request, candidates, await hypervisors.placed_vms(ctx))
+        decision = placing.place(request, candidates, hypervisors.on_hypervisors(placed))
         if decision.hypervisor is None:
             raise errors.Waiting(decision.message, reason=decision.reason)
         patch = {"spec": {"hypervisorName": decision.hypervisor}}

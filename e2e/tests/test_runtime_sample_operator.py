@@ -9,18 +9,21 @@ hand over on a crash and on a clean stop; the secure `/metrics` answers only the
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import json
 import ssl
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from capfleet import leadership, pausing, resources, securemetrics
+from capfleet import leadership, ownership, pausing, resources, securemetrics
 from capfleet.kube import Kube
 from capfleet.leadership import LEADER_LABEL
 from capfleet.resources import Resource
@@ -163,6 +166,62 @@ async def test_sample_operator_reconciles_pauses_and_stays_idle(
     assert operator_writes(events) == []
     assert operator.component is not None
     assert operator.component.process.poll() is None, "the operator is still running"
+
+
+def handled_by(process: OperatorProcess) -> Counter[str]:
+    """How many times the operator ran the sample's handler, per object name (from its JSON log)."""
+    counts: Counter[str] = Counter()
+    for line in process.log().splitlines():
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if isinstance(record, dict) and record.get("message") == HANDLED + ".":
+                counts[record["object"]["name"]] += 1
+    return counts
+
+
+@pytest.mark.usefixtures("sample_crd")
+async def test_two_shards_split_the_objects_and_one_relabelled_is_handed_over(
+    kube: Kube, namespace: str, run_operator: RunOperator
+) -> None:
+    shards = {
+        shard: run_operator(
+            "capfleet_e2e.sample",
+            namespaces=[namespace],
+            extra_args=[
+                *("--watch-filter", shard, "--log-format", "json"),
+                *("--leader-elect", "--leader-election-namespace", namespace),
+            ],
+        )
+        for shard in ("a", "b")
+    }
+    names = {shard: [f"{shard}{i}" for i in range(1, 4)] for shard in shards}
+
+    async def echoed(name: str, message: str) -> bool:
+        obj = await kube.get(SAMPLES, name, namespace)
+        return ((obj or {}).get("status") or {}).get("echo") == message
+
+    for shard, objects in names.items():
+        for name in objects:
+            body = sample("one")
+            body["metadata"] = {"name": name, "labels": {ownership.WATCH_FILTER_LABEL: shard}}
+            await kube.create(SAMPLES, body, namespace)
+    for name in names["a"] + names["b"]:
+        await eventually(f"{name} reconciled", functools.partial(echoed, name, "one"))
+    for shard, process in shards.items():
+        assert set(handled_by(process)) == set(names[shard]), shard
+
+    # Relabelled: shard a's watch sees a1 leave, b's sees it come, and only b serves it from then on.
+    before = handled_by(shards["a"])["a1"]
+    await kube.patch(SAMPLES, "a1", {"metadata": {"labels": {ownership.WATCH_FILTER_LABEL: "b"}}}, namespace)
+    await kube.patch(SAMPLES, "a1", {"spec": {"message": "two"}}, namespace)
+    await eventually("a1 reconciled by shard b", lambda: echoed("a1", "two"))
+    assert handled_by(shards["b"])["a1"] >= 1
+    assert handled_by(shards["a"])["a1"] == before
+    assert set(handled_by(shards["a"])) == set(names["a"])
+    # Each shard elected itself leader through a Lease of its own.
+    for shard in shards:
+        lease = await kube.get(resources.LEASES, f"capfleet-sample-{shard}", namespace)
+        assert ((lease or {}).get("spec") or {}).get("holderIdentity"), shard
 
 
 @pytest.mark.usefixtures("sample_crd")

@@ -1,5 +1,7 @@
 """Pause detection, owner references, status differences and Event bodies."""
 
+from typing import Any
+
 from capfleet import conditions, events, ownership, pausing, statuses
 from capfleet.api import capi
 from capfleet.conditions import Update
@@ -56,6 +58,9 @@ def test_child_metadata_links_owner_and_cluster_label() -> None:
     child = {"metadata": meta}
     assert ownership.is_owned_by(child, OWNER)
     assert ownership.controller_of(child) == meta["ownerReferences"][0]
+    sharded: dict[str, Any] = {**OWNER, "metadata": {"name": "m1", "uid": "u-1"}}
+    sharded["metadata"]["labels"] = {ownership.WATCH_FILTER_LABEL: "b"}
+    assert ownership.child_metadata("m1-nic0", sharded)["labels"][ownership.WATCH_FILTER_LABEL] == "b"
 
 
 def test_status_differences_are_only_changed_keys() -> None:

@@ -36,6 +36,28 @@ def test_settings_carry_the_operators_own_marks() -> None:
     assert isinstance(settings.persistence.progress_storage, kopf.AnnotationsProgressStorage)
 
 
+def test_a_shard_watches_only_its_label_and_elects_its_own_leader() -> None:
+    options = runtime.parse_options(["--watch-filter", "b"], {"CAPFLEET_WATCH_FILTER": "a"})
+    assert options.watch_filter == "b"
+    assert runtime.parse_options([], {"CAPFLEET_WATCH_FILTER": "a"}).watch_filter == "a"
+    identity = runtime.Identity("ipam-address")
+    assert options.shard_name(identity) == "capfleet-ipam-address-b"
+    assert runtime.Options().shard_name(identity) == "capfleet-ipam-address"
+    settings = kopf.OperatorSettings()
+    runtime.configure(settings, identity, options)
+    assert settings.peering.name == "capfleet-ipam-address-b"
+    claims = kopf.Resource("ipam.cluster.x-k8s.io", "v1beta2", "ipaddressclaims")
+    peerings = kopf.Resource("kopf.dev", "v1", "kopfpeerings")
+    assert settings.watching.label_selectors.collect(claims) == ["cluster.x-k8s.io/watch-filter=b"]
+    crds = kopf.Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+    namespaces = kopf.Resource("", "v1", "namespaces")
+    for kopfs_own in (peerings, crds, namespaces):
+        assert settings.watching.label_selectors.collect(kopfs_own) == []
+    unsharded = kopf.OperatorSettings()
+    runtime.configure(unsharded, identity, runtime.Options())
+    assert unsharded.watching.label_selectors.collect(claims) == []
+
+
 def _count(kind: str, result: str) -> float:
     value = prometheus_client.REGISTRY.get_sample_value(
         "capfleet_reconciles_total", {"kind": kind, "result": result}

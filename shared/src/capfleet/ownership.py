@@ -11,6 +11,9 @@ from collections.abc import Mapping
 from typing import Any
 
 CLUSTER_NAME_LABEL = "cluster.x-k8s.io/cluster-name"
+# Cluster API's shard label (its managers' --watch-filter): children carry their owner's, so a shard
+# serves a machine's intermediate objects too.
+WATCH_FILTER_LABEL = "cluster.x-k8s.io/watch-filter"
 
 
 def owner_reference(
@@ -46,12 +49,16 @@ def cluster_name(meta: Mapping[str, Any]) -> str | None:
 def child_metadata(
     name: str, owner: Mapping[str, Any], *, labels: Mapping[str, str] | None = None, controller: bool = True
 ) -> dict[str, Any]:
-    """Metadata for a child of `owner`: same namespace, owner reference, and the owner's cluster label."""
+    """Metadata for a child of `owner`: same namespace, owner reference, and the owner's cluster and
+    watch-filter labels."""
     owner_meta = owner["metadata"]
     child_labels = dict(labels or {})
     parent_cluster = cluster_name(owner_meta)
     if parent_cluster:
         child_labels[CLUSTER_NAME_LABEL] = parent_cluster
+    shard = (owner_meta.get("labels") or {}).get(WATCH_FILTER_LABEL)
+    if shard:
+        child_labels[WATCH_FILTER_LABEL] = shard
     meta: dict[str, Any] = {
         "name": name,
         "ownerReferences": [owner_reference(owner, controller=controller)],

@@ -28,7 +28,7 @@ from typing import Any, ParamSpec, TypeVar
 import kopf
 from aiohttp import web
 
-from capfleet import errors, events, leadership, metrics, reconciling, securemetrics, statuses
+from capfleet import errors, events, leadership, metrics, ownership, reconciling, securemetrics, statuses
 from capfleet.kube import Kube
 from capfleet.resources import Resource
 
@@ -79,6 +79,7 @@ class Options:
     leader_elect: bool = False
     leader_election_namespace: str | None = None
     leader_label: bool = False
+    watch_filter: str = ""
 
     @property
     def clusterwide(self) -> bool:
@@ -88,6 +89,15 @@ class Options:
     def peering(self) -> bool:
         """Whether kopf's own peering is used: not under leader election, where only the holder runs."""
         return not (self.standalone or self.leader_elect)
+
+    def shard_name(self, identity: Identity) -> str:
+        """The name of this shard's Lease and kopf peering: `capfleet-<operator>`, and `-<watch filter>`
+        for a shard, so each shard elects its own leader."""
+        return f"{identity.peering_name}-{self.watch_filter}" if self.watch_filter else identity.peering_name
+
+    def label_selector(self) -> str | None:
+        """What the shard's watches ask the API server for: objects labelled with its watch filter."""
+        return f"{ownership.WATCH_FILTER_LABEL}={self.watch_filter}" if self.watch_filter else None
 
 
 def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> Options:
@@ -149,12 +159,18 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> Options:
         "--leader-elect",
         action="store_true",
         default=environ.get("CAPFLEET_LEADER_ELECT", "") in {"1", "true"},
-        help="act only while holding the Lease capfleet-<operator>; other replicas stand by",
+        help="act only while holding the Lease capfleet-<operator>[-<watch filter>]; other replicas stand by",
     )
     parser.add_argument(
         "--leader-election-namespace",
         default=environ.get("CAPFLEET_LEADER_ELECTION_NAMESPACE") or environ.get("POD_NAMESPACE") or None,
         help="namespace of the Lease; the pod's own when omitted",
+    )
+    parser.add_argument(
+        "--watch-filter",
+        default=environ.get("CAPFLEET_WATCH_FILTER", ""),
+        help=f"serve only objects labelled {ownership.WATCH_FILTER_LABEL}=<this value> (a shard, as in "
+        "Cluster API's --watch-filter); every object when empty",
     )
     parser.add_argument(
         "--leader-label",
@@ -176,6 +192,7 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> Options:
         leader_elect=args.leader_elect,
         leader_election_namespace=args.leader_election_namespace,
         leader_label=args.leader_label,
+        watch_filter=args.watch_filter,
     )
 
 
@@ -191,14 +208,25 @@ def configure(settings: kopf.OperatorSettings, identity: Identity, options: Opti
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=identity.annotation_prefix, key="last-handled-configuration"
     )
-    settings.peering.name = identity.peering_name
+    settings.peering.name = options.shard_name(identity)
     settings.peering.mandatory = False
     settings.peering.standalone = not options.peering
     settings.peering.clusterwide = options.clusterwide
     # Events come from capfleet.events on transitions; kopf would post one per retry.
     settings.posting.enabled = False
     settings.networking.connect_timeout = 10
+    selector = options.label_selector()
+    if selector is not None:
+        # Server-side, on every watch of the operator's objects: one that stops matching (relabelled to
+        # another shard) comes as a DELETED event here and an ADDED one there.
+        settings.watching.label_selectors[_served] = selector
     settings.watching.server_timeout = 300
+
+
+def _served(resource: kopf.Resource) -> bool:
+    """Not what kopf watches for itself: its peering objects, and the CRDs and namespaces it scans."""
+    internal = resource.group in {"kopf.dev", "apiextensions.k8s.io"}
+    return not (internal or (resource.group == "" and resource.plural == "namespaces"))
 
 
 def reconciler(kind: str) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
@@ -329,7 +357,7 @@ def run(
             clusterwide=options.clusterwide,
             namespaces=options.namespaces,
             standalone=not options.peering,
-            peering_name=identity.peering_name,
+            peering_name=options.shard_name(identity),
             liveness_endpoint=f"http://{health_host}:{health_port}/healthz",
             memo=memo,
             stop_flag=stop_flag,
@@ -375,7 +403,7 @@ async def _lead_then(
     for signum in (signal.SIGINT, signal.SIGTERM):  # kopf installs its own once it runs
         loop.add_signal_handler(signum, stopping.set)
     async with Kube.connect(f"{identity.field_manager}-leader-election", options.kubeconfig) as kube:
-        elector = leadership.LeaderElector(kube, namespace, identity.peering_name)
+        elector = leadership.LeaderElector(kube, namespace, options.shard_name(identity))
         if pod is not None:
             await leadership.label_pod(kube, namespace, pod, leading=False)
         async with _standby_health(identity, options.health_address):

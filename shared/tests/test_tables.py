@@ -58,7 +58,7 @@ def test_a_failed_step_is_bad_and_a_deleting_object_says_so() -> None:
 def test_hypervisors_show_allocated_of_capacity_and_their_vms() -> None:
     hv = {
         "metadata": {"name": "hv1"},
-        "spec": {"connection": {"host": "10.0.0.1"}, "failureDomain": "fd-a"},
+        "spec": {"connection": {"host": "10.0.0.1"}, "failureDomain": "fd-a", "reserved": {"vcpus": 2}},
         "status": {
             "capacity": {"vcpus": 16, "memoryMiB": 65536, "storageGiB": 500},
             "allocated": {"vcpus": 4, "memoryMiB": 4096, "storageGiB": 40},
@@ -67,8 +67,20 @@ def test_hypervisors_show_allocated_of_capacity_and_their_vms() -> None:
     }
     table = tables.hypervisors([hv], [vm("a", spec={"hypervisorName": "hv1"}), vm("b")])
     assert table.rows == [
-        ("hv1", "10.0.0.1", "fd-a", "yes", "4 / 16", "4 GiB / 64 GiB", "40 GiB / 500 GiB", "1")
+        (
+            "hv1",
+            "10.0.0.1",
+            "fd-a",
+            "yes",
+            "4 / 16",
+            "4 GiB / 64 GiB",
+            "40 GiB / 500 GiB",
+            "10 vCPUs, 60 GiB, 460 GiB",
+            "1",
+        )
     ]
+    unmeasured = {"metadata": {"name": "hv2"}, "spec": {}, "status": {}}
+    assert tables.hypervisors([unmeasured], []).rows[0][7] == "-"
 
 
 def test_servers_name_their_netbox_device_and_never_a_credential() -> None:

@@ -127,13 +127,15 @@ def vms(objects: Iterable[Mapping[str, Any]], now: datetime.datetime) -> Table:
 
 
 def hypervisors(objects: Iterable[Mapping[str, Any]], placed: Iterable[Mapping[str, Any]]) -> Table:
-    """Hypervisors with what capfleet VMs use of each (allocated/capacity) and how many are on it."""
+    """Hypervisors with what capfleet VMs use of each (allocated/capacity), what is free for more (capacity
+    less what the host keeps back and what is allocated, before the operator's overcommit), and how many
+    VMs are on it."""
     on: dict[str, int] = {}
     for vm in placed:
         name = (vm.get("spec") or {}).get("hypervisorName")
         if name:
             on[name] = on.get(name, 0) + 1
-    header = ("NAME", "HOST", "FAILURE DOMAIN", "REACHABLE", "VCPUS", "MEMORY", "STORAGE", "VMS")
+    header = ("NAME", "HOST", "FAILURE DOMAIN", "REACHABLE", "VCPUS", "MEMORY", "STORAGE", "FREE", "VMS")
     rows: list[tuple[str, ...]] = []
     marks: list[str] = []
     for hv in sorted(objects, key=lambda o: str(o["metadata"]["name"])):
@@ -153,6 +155,7 @@ def hypervisors(objects: Iterable[Mapping[str, Any]], placed: Iterable[Mapping[s
                 _used_of(allocated.get("vcpus"), capacity.get("vcpus"), str),
                 _used_of(allocated.get("memoryMiB"), capacity.get("memoryMiB"), mib),
                 _used_of(allocated.get("storageGiB"), capacity.get("storageGiB"), lambda v: f"{v} GiB"),
+                _free(capacity, spec.get("reserved") or {}, allocated),
                 str(on.get(hv["metadata"]["name"], 0)),
             )
         )
@@ -229,6 +232,17 @@ def render(table: Table, paint: Mapping[str, str] | None = None) -> str:
         colour = (paint or {}).get(mark)
         lines.append(f"\033[{colour}m{line}\033[0m" if colour else line)
     return "\n".join(lines)
+
+
+def _free(capacity: Mapping[str, int], reserved: Mapping[str, int], allocated: Mapping[str, int]) -> str:
+    """`12 vCPUs, 60 GiB, 460 GiB`: what is left of each, or `-` before the host was measured."""
+    if not capacity:
+        return "-"
+
+    def left(key: str) -> int:
+        return max(0, int(capacity.get(key, 0)) - int(reserved.get(key, 0)) - int(allocated.get(key, 0)))
+
+    return f"{left('vcpus')} vCPUs, {mib(left('memoryMiB'))}, {left('storageGiB')} GiB"
 
 
 def _used_of(used: int | None, limit: int | None, show: Any) -> str:

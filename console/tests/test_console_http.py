@@ -16,8 +16,10 @@ from aiohttp.test_utils import TestClient, TestServer
 from capfleet import resources
 from capfleet.api import kinds
 from capfleet.kube import Kube
+from capfleet.securemetrics import token_review
+from capfleet_console import vmform
 from capfleet_console.acting import KubeconfigCredentials
-from capfleet_console.app import build
+from capfleet_console.app import VMS_PER_PAGE, build
 from capfleet_console.settings import ConsoleSettings
 from capfleet_e2e.console import console_user
 from capfleet_e2e.controlplane import Cluster
@@ -129,3 +131,32 @@ async def test_a_vm_made_for_one_user_and_nothing_for_a_user_without_rbac(
     assert "Forbidden" in await sneaky.text()
     assert await kube.get(kinds.LIBVIRT_VM.resource, "sneaky", namespace) is None
     assert await kube.get(resources.SECRETS, "sneaky-user-data", namespace) is None
+
+
+async def test_the_vm_list_pages_and_my_vms_are_selected_by_the_api_server(
+    console: TestClient,  # type: ignore[type-arg]
+    control_plane: Cluster,
+    kube: Kube,
+    namespace: str,
+) -> None:
+    """A page holds VMS_PER_PAGE VMs and links the next; "My VMs" are those labelled with the user's creator
+    label, whichever page they would fall on among all."""
+    total = VMS_PER_PAGE + 5
+    token = console_user(control_plane, namespace, "alice", bound=True)
+    assert (await sign_in(console, token)).status == 303
+    alice = (await kube.create(resources.TOKEN_REVIEWS, token_review(token)))["status"]["user"]["username"]
+    for index in range(total):
+        creator = alice if index == total - 1 else "bob"  # the last in name order is alice's
+        wanted = vmform.VMRequest(f"vm-{index:03d}", 1, 1, 1, "base", "#cloud-config\n")
+        body = vmform.libvirt_vm(wanted, namespace, creator, {"userMode": True})
+        await kube.create(kinds.LIBVIRT_VM.resource, body, namespace)
+
+    first = await (await console.get(f"/vms?namespace={namespace}&scope=all")).text()
+    assert first.count("<tr class=") == VMS_PER_PAGE
+    link = re.search(r'id="next-page" href="([^"]+)"', first)
+    assert link is not None
+    second = await (await console.get(link.group(1).replace("&amp;", "&"))).text()
+    assert second.count("<tr class=") == total - VMS_PER_PAGE
+    assert 'id="next-page"' not in second
+    mine = await (await console.get(f"/vms?namespace={namespace}&scope=mine")).text()
+    assert re.findall(r'data-name="([^"]+)"', mine) == [f"vm-{total - 1:03d}"]

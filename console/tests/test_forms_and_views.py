@@ -7,7 +7,7 @@ import base64
 import pytest
 
 from capfleet.api import kinds
-from capfleet.tables import CREATED_BY
+from capfleet.tables import CREATED_BY, CREATOR_LABEL, creator_label
 from capfleet_console import views, vmform
 from capfleet_console.acting import Identity, impersonation_headers
 from capfleet_console.sessions import Sessions
@@ -33,6 +33,7 @@ def test_a_good_form_makes_a_valid_libvirt_vm_and_its_user_data_secret() -> None
     assert (parsed.spec.vcpus, parsed.spec.memory_mib, parsed.spec.disks[0].size_gib) == (2, 4096, 20)
     assert parsed.spec.cloud_init.user_data_secret_ref.name == "web-1-user-data"
     assert vm["metadata"]["annotations"] == {CREATED_BY: "alice"}
+    assert vm["metadata"]["labels"] == {CREATOR_LABEL: creator_label("alice")}
     assert vm["spec"]["interfaces"][0]["macAddress"] == vmform.mac_address("team-a", "web-1")
     secret = vmform.user_data_secret(wanted, "alice")
     user_data = base64.b64decode(secret["data"]["value"]).decode()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import ssl
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -88,6 +89,18 @@ def error_of(status: int, body: str) -> KubeError:
     return kinds.get(status, KubeError)(status, reason, message)
 
 
+Objects = list[dict[str, Any]]
+
+
+def whole(answer: Mapping[str, Any], resource: Resource) -> Objects:
+    """A list's items, given the apiVersion and kind they do not carry: callers expect whole objects."""
+    items: Objects = answer.get("items") or []
+    for item in items:
+        item.setdefault("apiVersion", resource.api_version)
+        item.setdefault("kind", resource.kind)
+    return items
+
+
 class Acting:
     """The API as one user: get, list, create, patch (merge) and delete any `Resource`."""
 
@@ -122,13 +135,19 @@ class Acting:
             raise
         return found
 
-    async def list(self, resource: Resource, namespace: str | None = None) -> list[dict[str, Any]]:
-        answer = await self._call("GET", resource.path(namespace))
-        items: list[dict[str, Any]] = answer.get("items") or []
-        for item in items:  # a list's items carry neither; callers expect whole objects
-            item.setdefault("apiVersion", resource.api_version)
-            item.setdefault("kind", resource.kind)
-        return items
+    async def list(self, resource: Resource, namespace: str | None = None) -> Objects:
+        return whole(await self._call("GET", resource.path(namespace)), resource)
+
+    async def list_page(
+        self, resource: Resource, namespace: str | None, *, limit: int, after: str = "", selector: str = ""
+    ) -> tuple[Objects, str]:
+        """At most `limit` objects (from the continue token `after`, matching the label `selector`), and the
+        token of the next page ("" after the last)."""
+        query = {"limit": str(limit), **({"continue": after} if after else {})}
+        if selector:
+            query["labelSelector"] = selector
+        answer = await self._call("GET", resource.path(namespace) + "?" + urllib.parse.urlencode(query))
+        return whole(answer, resource), str((answer.get("metadata") or {}).get("continue") or "")
 
     async def create(self, resource: Resource, body: Mapping[str, Any], namespace: str | None = None) -> Any:
         return await self._call("POST", resource.path(namespace), dict(body))

@@ -28,6 +28,7 @@ from capfleet_console.sessions import COOKIE, Session, Sessions, cookie_options
 from capfleet_console.settings import ConsoleSettings
 
 HERE = Path(__file__).parent
+VMS_PER_PAGE = 100  # a page is one list call with `limit`; the API server pages with `continue`
 VMS, QUOTAS = kinds.LIBVIRT_VM.resource, kinds.VM_QUOTA.resource
 HYPERVISORS, SERVERS, DEVICES = (
     kinds.HYPERVISOR.resource,
@@ -181,12 +182,30 @@ async def quota_bar(api: Acting, namespace: str) -> list[views.QuotaItem]:
     return bar
 
 
+async def vm_page(
+    api: Acting, namespace: str, scope: str, user: str, after: str
+) -> tuple[list[dict[str, Any]], str, str]:
+    """One page of the namespace's VMs (the user's own, selected by the API server, for "mine"), the next
+    page's token, and the API server's refusal if any."""
+    selector = f"{tables.CREATOR_LABEL}={tables.creator_label(user)}" if scope == "mine" else ""
+    try:
+        found, next_page = await api.list_page(
+            VMS, namespace, limit=VMS_PER_PAGE, after=after, selector=selector
+        )
+    except KubeError as error:
+        return [], "", f"{error.reason or error.status}: {error.message}"
+    return found, next_page, ""
+
+
 async def vms_page(
     request: web.Request, session: Session, problems: dict[str, str] | None = None
 ) -> web.Response:
     api, namespace = acting(request, session), namespace_of(request)
     scope = request.query.get("scope", "mine")
-    (found, refused), quota = await asyncio.gather(listed(api, VMS, namespace), quota_bar(api, namespace))
+    after = request.query.get("continue", "")
+    (found, next_page, refused), quota = await asyncio.gather(
+        vm_page(api, namespace, scope, session.identity.user, after), quota_bar(api, namespace)
+    )
     shown = views.mine(found, session.identity.user) if scope == "mine" else found
     table = tables.vms(shown, datetime.datetime.now(datetime.UTC))
     rows = [
@@ -202,6 +221,8 @@ async def vms_page(
         header=table.header,
         rows=rows,
         refused=refused,
+        next_page=next_page,
+        page_size=VMS_PER_PAGE,
         quota=quota,
         images=request.app[SETTINGS].image_list(),
         problems=problems or {},

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from capfleet.api import kinds
-from capfleet.tables import CREATED_BY
+from capfleet.tables import CREATED_BY, CREATOR_LABEL, creator_label
 
 NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,50}[a-z0-9])?$")
 SSH_KEY = re.compile(
@@ -102,7 +102,11 @@ def libvirt_vm(
     return {
         "apiVersion": kinds.LIBVIRT_VM.resource.api_version,
         "kind": kinds.LIBVIRT_VM.kind,
-        "metadata": {"name": request.name, "annotations": {CREATED_BY: creator}},
+        "metadata": {
+            "name": request.name,
+            "annotations": {CREATED_BY: creator},
+            "labels": {CREATOR_LABEL: creator_label(creator)},
+        },
         "spec": {
             "vcpus": request.vcpus,
             "memoryMiB": request.memory_gib * 1024,

@@ -8,6 +8,7 @@ Secrets, and no column shows those names either.
 from __future__ import annotations
 
 import datetime
+import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,12 @@ from capfleet import conditions
 
 CREATED_BY = "capfleet.dev/created-by"
 """Who asked for an object, recorded by the client that created it for them (the console does)."""
+CREATOR_LABEL = "capfleet.dev/creator"
+"""The same, as a label the API server can select on (`creator_label`): user names are no label values."""
+
+
+def creator_label(user: str) -> str:
+    return hashlib.sha256(user.encode()).hexdigest()[:40]
 
 
 # Reasons of a Ready=False that mean "not yet" rather than "failed".

@@ -3,7 +3,8 @@
 On a fresh control plane: N LibvirtVMs (default 500) written as libvirt-vm leaves them (placed, running,
 Ready), a VMQuota, and a console user bound to capfleet-console-user. The console runs in this process
 as its own ServiceAccount, acting for the user by impersonation as it does in production; each load is
-one `GET /vms?scope=all` timed from request to the last byte of the page, after one warm-up load.
+one `GET /vms?scope=all` (the list's first page: 100 VMs, one list call with `limit`) timed from request to
+the last byte of the page, after one warm-up load.
 Prints the median and range of the loads, for N and for N/10 side by side, in one run.
 """
 

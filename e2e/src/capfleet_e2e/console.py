@@ -23,6 +23,8 @@ from selenium import webdriver
 from selenium.common.exceptions import NoSuchElementException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.expected_conditions import staleness_of
+from selenium.webdriver.support.ui import WebDriverWait
 
 from capfleet.api import kinds
 from capfleet.kube import Kube
@@ -142,14 +144,29 @@ class Page:
         await self.call(self.driver.get, self.url + path)
         self.seen.append(await self.call(lambda: self.driver.page_source))
 
-    async def sign_in(self, token: str) -> None:
-        await self.open("/signin")
-        await self.call(lambda: self.driver.find_element(By.ID, "token").send_keys(token))
-        await self.call(lambda: self.driver.find_element(By.ID, "signin").click())
+    async def submit(self, fill: Callable[[], Any]) -> None:
+        """Run `fill` (which clicks a submit button) and wait until the answer has replaced the page:
+        a click may return before the browser has even sent the form."""
+
+        def fill_and_wait() -> None:
+            before = self.driver.find_element(By.TAG_NAME, "html")
+            fill()
+            WebDriverWait(self.driver, 60).until(staleness_of(before))
+
+        await self.call(fill_and_wait)
         self.seen.append(await self.call(lambda: self.driver.page_source))
 
+    async def sign_in(self, token: str) -> None:
+        await self.open("/signin")
+
+        def fill() -> None:
+            self.driver.find_element(By.ID, "token").send_keys(token)
+            self.driver.find_element(By.ID, "signin").click()
+
+        await self.submit(fill)
+
     async def sign_out(self) -> None:
-        await self.call(lambda: self.driver.find_element(By.CSS_SELECTOR, ".signout button").click())
+        await self.submit(lambda: self.driver.find_element(By.CSS_SELECTOR, ".signout button").click())
 
     def text(self, selector: str) -> str:
         try:

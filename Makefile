@@ -79,9 +79,11 @@ unit: setup
 integration: setup
 	$(UV) pytest -m "integration and not full" $(PYTEST_ARGS)
 
-## bench-ipam: ipam-address against the Go in-cluster IPAM provider, 1,000 claims each (not part of test).
+## bench-ipam: ipam-address against the Go in-cluster IPAM provider, CLAIMS claims each (default 1,000; up
+## to 16,381; not part of test).
+CLAIMS ?= 1000
 bench-ipam: setup
-	$(UV) python -m capfleet_e2e.bench.ipam
+	$(UV) python -m capfleet_e2e.bench.ipam --claims $(CLAIMS)
 
 ## bench-console: the console's VM list page load with 500 VMs in a namespace, and with 50 (not part of test).
 bench-console: setup

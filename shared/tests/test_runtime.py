@@ -36,6 +36,49 @@ def test_settings_carry_the_operators_own_marks() -> None:
     assert isinstance(settings.persistence.progress_storage, kopf.AnnotationsProgressStorage)
 
 
+def claim(**meta: object) -> kopf.Body:
+    raw = {"apiVersion": "v1", "kind": "Thing", "metadata": {"name": "t", **meta}, "spec": {"a": 1}}
+    return kopf.Body(raw)  # type: ignore[arg-type]
+
+
+def test_objects_that_show_they_were_handled_get_no_record_from_kopf() -> None:
+    settings = kopf.OperatorSettings()
+
+    def handled(body: object) -> bool | None:
+        metadata = body["metadata"]  # type: ignore[index]
+        return None if metadata["name"] != "t" else "done" in metadata.get("labels", {})
+
+    runtime.configure(settings, runtime.Identity("ipam-address"), runtime.Options(), handled)
+    storage = settings.persistence.diffbase_storage
+    new, done = claim(), claim(labels={"done": "yes"})
+    assert storage.fetch(body=new) is None  # kopf: a creation
+    assert storage.fetch(body=done) == storage.build(body=done)  # kopf: nothing changed
+    patch = kopf.Patch()
+    storage.store(body=new, patch=patch, essence=storage.build(body=new))
+    assert not patch
+    other = kopf.Body({"apiVersion": "v1", "kind": "Thing", "metadata": {"name": "u"}, "spec": {}})
+    storage.store(body=other, patch=patch, essence=storage.build(body=other))
+    assert set(patch["metadata"]["annotations"]) == {
+        "ipam-address.capfleet.dev/last-handled-configuration",
+        "ipam-address.capfleet.dev/kopf-managed",
+    }
+
+
+def test_a_handler_that_succeeds_at_once_leaves_no_annotation_behind() -> None:
+    storage = runtime.ProgressStorage(prefix="ipam-address.capfleet.dev")
+    record = {"started": "2026-01-01T00:00:00", "success": True, "failure": False, "retries": 1}
+    patch = kopf.Patch()
+    storage.store(key=kopf.HandlerId("serve"), record=record, body=claim(), patch=patch)  # type: ignore[arg-type]
+    storage.purge(key=kopf.HandlerId("serve"), body=claim(), patch=patch)
+    assert not patch
+    # once an object carries progress of ours, the mark stays with it
+    kept = claim(annotations={"ipam-address.capfleet.dev/other": "{}"})
+    patch = kopf.Patch()
+    storage.store(key=kopf.HandlerId("serve"), record=record, body=kept, patch=patch)  # type: ignore[arg-type]
+    storage.purge(key=kopf.HandlerId("serve"), body=kept, patch=patch)
+    assert patch["metadata"]["annotations"] == {"ipam-address.capfleet.dev/kopf-managed": "yes"}
+
+
 def test_a_shard_watches_only_its_label_and_elects_its_own_leader() -> None:
     options = runtime.parse_options(["--watch-filter", "b"], {"CAPFLEET_WATCH_FILTER": "a"})
     assert options.watch_filter == "b"

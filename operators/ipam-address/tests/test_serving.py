@@ -14,7 +14,7 @@ from typing import Any, cast
 import pytest
 
 from capfleet import errors, events, pausing
-from capfleet.kube import Kube
+from capfleet.kube import Kube, KubeError
 from capfleet.resources import Resource
 from ipam_address import claims, netbox_pools, pools, serving
 from ipam_address.allocator import Allocator
@@ -25,6 +25,7 @@ from ipam_address.pools import PoolInfo, PoolKey
 from ipam_address.settings import IpamSettings
 
 NAMESPACE = "ns"
+FINALIZER = "ipam-address.capfleet.dev/finalizer"
 
 
 class FakeKube:
@@ -130,6 +131,7 @@ def claim_body(
             "name": "c1",
             "namespace": NAMESPACE,
             "uid": "claim-uid",
+            "resourceVersion": "7",
             "generation": 2,
             "labels": {"cluster.x-k8s.io/cluster-name": "w1"},
             "annotations": annotations or {},
@@ -160,7 +162,9 @@ def context(
     clients = netbox_pools.Clients(lambda _: cast(Any, netbox or FakeNetbox()))
     fake = cast(Kube, kube)
     settings = IpamSettings(instance="mgmt-a")
-    return Context(fake, events.Recorder(fake), lookups, Allocator(), clients, settings, Identity())
+    return Context(
+        fake, events.Recorder(fake), lookups, FINALIZER, Allocator(), clients, settings, Identity()
+    )
 
 
 def netbox_secret() -> dict[str, Any]:
@@ -208,6 +212,10 @@ async def test_a_claim_gets_its_ip_address_and_a_status_without_an_event() -> No
     }
     assert {c["observedGeneration"] for c in status["conditions"]} == {2}
     assert kube.events == []
+    # then the finalizer, on the claim as the status write left it (the fake answers that write with 404)
+    assert kube.patches == [
+        ("IPAddressClaim", "c1", {"metadata": {"finalizers": [FINALIZER], "resourceVersion": "7"}})
+    ]
 
 
 async def test_an_exhausted_pool_is_ready_false_with_one_warning(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -303,16 +311,55 @@ async def test_a_paused_claim_only_says_so(by_cluster: bool) -> None:
     assert ("IPAddress", "c1") not in kube.objects
 
 
-async def test_a_lost_status_is_rebuilt_from_the_index() -> None:
+async def test_a_lost_status_is_rebuilt_from_the_ip_address_that_still_exists() -> None:
     kube = FakeKube()
     ctx = context(
         kube, ippool(addresses=["10.1.0.0/29"], prefix=24), bound={(NAMESPACE, "c1"): ("10.1.0.3", False)}
     )
-    patch: dict[str, Any] = {}
-    serving.repair_status(ctx, claim_of(claim_body()), patch)
-    assert patch["addressRef"] == {"name": "c1"}
-    assert conditions(patch)["Ready"] == ("True", "Allocated", "10.1.0.3")
-    assert kube.statuses == []
+    held = claim_body()
+    held["metadata"]["finalizers"] = [FINALIZER]
+    assert not claims.handled(held)  # so kopf serves it again
+    await serving.serve_claim(ctx, claim_of(held))
+    [status] = kube.statuses
+    assert status["addressRef"] == {"name": "c1"}
+    assert conditions(status)["Ready"] == ("True", "Allocated", "10.1.0.3")
+    assert ("IPAddress", "c1") not in kube.objects  # nothing allocated
+    assert kube.patches == []  # the finalizer was there
+    assert claims.handled({**held, "status": status})
+
+
+def test_only_a_netbox_claim_or_one_that_holds_the_finalizer_waits_for_its_release() -> None:
+    assert not claims.needs_finalizer(claim_body(), FINALIZER)
+    assert claims.needs_finalizer(claim_body("nb", "NetboxIPPool"), FINALIZER)
+    held = claim_body()
+    held["metadata"]["finalizers"] = ["someone-else", FINALIZER]
+    assert claims.needs_finalizer(held, FINALIZER)
+
+
+async def test_the_finalizer_is_computed_again_after_a_conflict_never_on_a_claim_going() -> None:
+    class Conflicting(FakeKube):
+        async def patch(
+            self, resource: Resource, name: str, patch: dict[str, Any], namespace: str | None = None
+        ) -> dict[str, Any] | None:
+            if patch["metadata"]["resourceVersion"] == "7":
+                raise KubeError(409, "Conflict", "the object has been modified")
+            return await super().patch(resource, name, patch, namespace)
+
+    fresh = claim_body()
+    fresh["metadata"].update(resourceVersion="8", finalizers=["creator/protection"])
+    kube = Conflicting(fresh)
+    await claims.hold_for_release(cast(Kube, kube), claim_body(), FINALIZER)
+    assert kube.patches == [
+        (
+            "IPAddressClaim",
+            "c1",
+            {"metadata": {"finalizers": ["creator/protection", FINALIZER], "resourceVersion": "8"}},
+        )
+    ]
+    going = claim_body()
+    going["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    await claims.hold_for_release(cast(Kube, kube), going, FINALIZER)
+    assert len(kube.patches) == 1
 
 
 async def test_a_claim_that_moves_leaves_netbox_alone_and_lets_its_address_go() -> None:

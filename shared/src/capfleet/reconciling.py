@@ -138,11 +138,12 @@ class Context:
         fields: Mapping[str, Any],
         updates: list[Update],
         ready_steps: list[str] | None,
-    ) -> dict[str, Any]:
+    ) -> Mapping[str, Any]:
         """Patch the status keys that change (conditions, with a summarised Ready when `ready_steps` are
         given) through the status subresource, post an Event when Ready changes, time the steps just done
-        (`capfleet_step_duration_seconds`); return the desired status. Only what differs is written: an
-        idle fleet makes no API writes."""
+        (`capfleet_step_duration_seconds`). Only what differs is written: an idle fleet makes no API
+        writes. Returns the object as it now stands (the API server's answer when something was written),
+        so a later write in the same reconcile sends only what differs and carries its resourceVersion."""
         meta = body["metadata"]
         current = body.get("status") or {}
         desired = {
@@ -152,8 +153,9 @@ class Context:
             ),
         }
         changed = statuses.differences(current, desired)
+        answer = None
         if changed:
-            await self.kube.patch_status(resource, meta["name"], changed, meta.get("namespace"))
+            answer = await self.kube.patch_status(resource, meta["name"], changed, meta.get("namespace"))
         found = conditions.parse(desired["conditions"])
         if ready_steps and "conditions" in changed and meta.get("creationTimestamp"):
             before = conditions.parse(current.get("conditions"))
@@ -162,7 +164,7 @@ class Context:
         ready = conditions.find(found, conditions.READY)
         if ready is not None:
             await self.announce(body, ready)
-        return desired
+        return answer if answer is not None else {**body, "status": {**current, **desired}}
 
     async def announce(self, body: Mapping[str, Any], ready: Condition) -> None:
         """Post an Event when Ready changes (the recorder drops repeats). Operators whose Events tell
@@ -200,10 +202,10 @@ class Recorder:
         self.updates.append(Update.true(condition, reason, message))
         return result
 
-    async def finish(self) -> dict[str, Any]:
+    async def finish(self) -> Mapping[str, Any]:
         return await self.ctx.write_status(self.resource, self.body, self.fields, self.updates, self.steps)
 
-    async def paused(self) -> dict[str, Any]:
+    async def paused(self) -> Mapping[str, Any]:
         """Write only the Paused condition: a paused or moving object is left untouched otherwise."""
         self.updates = [pausing.condition(True)]
         return await self.finish()

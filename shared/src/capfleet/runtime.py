@@ -201,12 +201,69 @@ def split_address(address: str) -> tuple[str, int]:
     return host or "0.0.0.0", int(port)
 
 
-def configure(settings: kopf.OperatorSettings, identity: Identity, options: Options) -> None:
+Handled = Callable[[Mapping[str, Any]], bool | None]
+"""For objects that show by their own state whether they were handled (True or False), that answer;
+None for every other object."""
+
+
+class SelfRecordingDiffBase(kopf.DiffBaseStorage):
+    """kopf's record of the spec it last handled (an annotation it writes after every handling), except
+    for objects whose spec never changes and whose own state shows that they were handled: for those kopf
+    writes nothing, which saves one write per object (IPAddressClaims, thousands of them in a burst).
+
+    Such an object is new to kopf (its creation handlers run) until its state shows it handled, and
+    unchanged ever after (resume handlers still run at startup).
+    """
+
+    def __init__(self, recorded: kopf.DiffBaseStorage, handled: Handled) -> None:
+        super().__init__()
+        self.recorded, self.handled = recorded, handled
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
+        return self.recorded.build(body=body, extra_fields=extra_fields)
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        handled = self.handled(body)
+        if handled is None:
+            return self.recorded.fetch(body=body)
+        return self.build(body=body) if handled else None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        if self.handled(body) is None:
+            self.recorded.store(body=body, patch=patch, essence=essence)
+
+
+class ProgressStorage(kopf.AnnotationsProgressStorage):
+    """kopf's progress annotations, without the mark that brands them (`<prefix>/kopf-managed`) when
+    nothing of ours is left to mark: a handler that succeeds at once leaves no progress behind, and an
+    object whose spec kopf need not record (`SelfRecordingDiffBase`) then needs no write of kopf's."""
+
+    def purge(self, *, key: kopf.HandlerId, body: kopf.Body, patch: kopf.Patch) -> None:
+        super().purge(key=key, body=body, patch=patch)
+        ours = f"{self.prefix}/"
+        marker = f"{ours}kopf-managed"
+        annotations = patch.get("metadata", {}).get("annotations", {})
+        if marker not in annotations or any(k.startswith(ours) for k in body.metadata.annotations):
+            return
+        if all(k == marker for k in annotations if k.startswith(ours)):
+            del annotations[marker]
+            if not annotations:
+                del patch["metadata"]["annotations"]
+            if not patch["metadata"]:
+                del patch["metadata"]
+
+
+def configure(
+    settings: kopf.OperatorSettings, identity: Identity, options: Options, handled: Handled | None = None
+) -> None:
     """kopf settings that give each operator its own marks and keep idle operators silent."""
     settings.persistence.finalizer = identity.finalizer
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=identity.annotation_prefix)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+    settings.persistence.progress_storage = ProgressStorage(prefix=identity.annotation_prefix)
+    recorded = kopf.AnnotationsDiffBaseStorage(
         prefix=identity.annotation_prefix, key="last-handled-configuration"
+    )
+    settings.persistence.diffbase_storage = (
+        recorded if handled is None else SelfRecordingDiffBase(recorded, handled)
     )
     settings.peering.name = options.shard_name(identity)
     settings.peering.mandatory = False
@@ -281,10 +338,11 @@ def _install(
     registry: kopf.OperatorRegistry,
     identity: Identity,
     options: Options,
+    handled: Handled | None = None,
 ) -> None:
     @kopf.on.startup(registry=registry)
     async def start_runtime(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-        configure(settings, identity, options)
+        configure(settings, identity, options, handled)
         stack = AsyncExitStack()
         memo["runtime_exit_stack"] = stack
         client = await stack.enter_async_context(Kube.connect(identity.field_manager, options.kubeconfig))
@@ -316,11 +374,13 @@ def run(
     argv: Sequence[str] | None = None,
     *,
     register: Callable[[SettingsT], None] | None = None,
+    handled: Handled | None = None,
 ) -> None:
     """Start the operator whose handlers are already registered with kopf's default registry.
 
     Its settings are read here, once, and kept in memo for its reconciles; `register` adds the handlers
-    whose registration depends on them (timer intervals) before the operator starts.
+    whose registration depends on them (timer intervals) before the operator starts; `handled` names the
+    objects kopf need not record (`SelfRecordingDiffBase`).
     """
     import sys
 
@@ -343,7 +403,7 @@ def run(
     # BMC passwords): it never logs below INFO, whatever --verbose says.
     logging.getLogger("kubernetes_asyncio").setLevel(logging.INFO)
     registry = kopf.get_default_registry()
-    _install(registry, identity, options)
+    _install(registry, identity, options, handled)
     # In memo before any startup handler runs, the operator's own included.
     memo = kopf.Memo()
     memo[reconciling.SETTINGS_KEY] = loaded

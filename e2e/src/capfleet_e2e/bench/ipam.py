@@ -18,6 +18,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from capfleet.api.kinds import IPAM_GROUP, VERSION
 from capfleet_e2e.bench.measure import ScenarioResult, format_table, ratios, report
@@ -27,12 +28,20 @@ from capfleet_e2e.bench.scenario import AuditTail, Provider, run_scenario
 from capfleet_e2e.controlplane import ControlPlane
 from capfleet_e2e.kubebin import repo_root
 
-# 1,021 allocatable addresses: the /22 without its network, broadcast and gateway addresses.
-POOL_SPEC = {"addresses": ["10.10.0.0/22"], "prefix": 22, "gateway": "10.10.0.1"}
 POOL_NAME = "bench"
+MAX_CLAIMS = 2**14 - 3  # a /18 without its network, broadcast and gateway addresses
 
 
-def capfleet_provider() -> Provider:
+def pool_spec(claims: int) -> dict[str, Any]:
+    """The same pool for both providers: the smallest prefix from /22 down whose addresses, without the
+    network, broadcast and gateway ones, hold every claim (1,021 in a /22)."""
+    prefix = 22
+    while 2 ** (32 - prefix) - 3 < claims:
+        prefix -= 1
+    return {"addresses": [f"10.10.0.0/{prefix}"], "prefix": prefix, "gateway": "10.10.0.1"}
+
+
+def capfleet_provider(spec: dict[str, Any]) -> Provider:
     def argv(kubeconfig: Path, health: int, metrics: int) -> list[str]:
         return [
             sys.executable,
@@ -49,12 +58,12 @@ def capfleet_provider() -> Provider:
         "apiVersion": f"{IPAM_GROUP}/{VERSION}",
         "kind": "IPPool",
         "metadata": {"name": POOL_NAME, "namespace": "bench-capfleet"},
-        "spec": POOL_SPEC,
+        "spec": spec,
     }
     return Provider("capfleet", "ipam-address (python -m ipam_address)", "bench-capfleet", pool, argv)
 
 
-def reference_provider(binary: Path) -> Provider:
+def reference_provider(binary: Path, spec: dict[str, Any]) -> Provider:
     def argv(kubeconfig: Path, health: int, metrics: int) -> list[str]:
         return reference_argv(binary, kubeconfig, "bench-reference", health, metrics)
 
@@ -62,7 +71,7 @@ def reference_provider(binary: Path) -> Provider:
         "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2",
         "kind": "InClusterIPPool",
         "metadata": {"name": POOL_NAME, "namespace": "bench-reference"},
-        "spec": POOL_SPEC,
+        "spec": spec,
     }
     return Provider("reference", f"{MODULE}@{REFERENCE_VERSION}", "bench-reference", pool, argv)
 
@@ -71,7 +80,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m capfleet_e2e.bench.ipam", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("--claims", type=int, default=1000, help="claims per provider (at most 1021)")
+    parser.add_argument(
+        "--claims", type=int, default=1000, help=f"claims per provider (at most {MAX_CLAIMS:,})"
+    )
     parser.add_argument("--only", choices=["capfleet", "reference"], help="run one side only")
     parser.add_argument("--concurrency", type=int, default=50, help="claim creations in flight at once")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds until every claim is bound")
@@ -79,18 +90,19 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         "--output", type=Path, default=repo_root() / "_artifacts" / "bench-ipam.json", help="JSON report"
     )
     args = parser.parse_args(list(argv))
-    if not 1 <= args.claims <= 1021:
-        parser.error("--claims must be between 1 and 1021 (the pool's allocatable addresses)")
+    if not 1 <= args.claims <= MAX_CLAIMS:
+        parser.error(f"--claims must be between 1 and {MAX_CLAIMS} (the largest pool's free addresses)")
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    spec = pool_spec(args.claims)
     providers: list[Provider] = []
     if args.only in (None, "capfleet"):
-        providers.append(capfleet_provider())
+        providers.append(capfleet_provider(spec))
     if args.only in (None, "reference"):
-        providers.append(reference_provider(ensure_reference()))
+        providers.append(reference_provider(ensure_reference(), spec))
     results: list[ScenarioResult] = []
     scratch = Path(tempfile.mkdtemp(prefix="capfleet-bench-"))
     try:
@@ -121,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"\n{r.name}: {r.provider}; requests by verb {r.requests_by_verb}; user agents {r.user_agents}")
         for problem in ([r.error] if r.error else []) + r.problems[:20]:
             print(f"  {r.name}: {problem.splitlines()[0]}")  # in full in the JSON; logs in log_dir
-    meta = {"claims": args.claims, "concurrency": args.concurrency, "pool": POOL_SPEC, "log_dir": log_dir}
+    meta = {"claims": args.claims, "concurrency": args.concurrency, "pool": spec, "log_dir": log_dir}
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report(results, ratio, **meta), indent=2) + "\n")
     print(f"\nwritten to {args.output}")

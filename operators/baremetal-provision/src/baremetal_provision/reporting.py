@@ -83,8 +83,7 @@ class InstanceStatus:
     async def _write(
         self, fields: Mapping[str, Any], updates: list[Update], ready_steps: list[str] | None = STEPS
     ) -> None:
-        written = await self._ctx.write_status(INSTANCES, self._body, fields, updates, ready_steps)
-        self._body = {**self._body, "status": {**(self._body.get("status") or {}), **written}}
+        self._body = await self._ctx.write_status(INSTANCES, self._body, fields, updates, ready_steps)
 
     async def paused(self) -> None:
         await self._write({}, [pausing.condition(True)])

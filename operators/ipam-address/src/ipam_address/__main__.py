@@ -6,7 +6,7 @@ from ipam_address.settings import IpamSettings
 
 
 def main() -> None:
-    runtime.run(handlers.IDENTITY, IpamSettings)
+    runtime.run(handlers.IDENTITY, IpamSettings, handled=handlers.handled_claim)
 
 
 if __name__ == "__main__":

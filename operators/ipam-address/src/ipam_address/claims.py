@@ -15,7 +15,7 @@ from typing import Any
 
 from capfleet import errors, ownership, pausing, resources
 from capfleet.api import capi
-from capfleet.kube import Kube
+from capfleet.kube import Kube, KubeError
 from ipam_address import netbox_pools, spaces
 from ipam_address.contexts import Context
 from ipam_address.pools import GROUP, IN_CLUSTER, PoolInfo, PoolKey, key_of_ref, space_of
@@ -182,6 +182,52 @@ async def reconcile(ctx: Context, claim: Claim, preferred: str | None = None) ->
     if address is None:
         raise errors.Waiting(f"{claim.pool.describe()} has no free address", reason=POOL_EXHAUSTED)
     return address
+
+
+def needs_finalizer(body: Mapping[str, Any], finalizer: str) -> bool:
+    """Whether deleting a claim waits for its release. A NetBox claim always: its address lives outside
+    the cluster, so kopf puts the finalizer on before the first NetBox write. An in-cluster claim once
+    `hold_for_release` put it on, just after its status said bound.
+
+    An in-cluster claim deleted before that has nothing to release: its IPAddress is owned by it, so the
+    garbage collector deletes it and `serving.observe_address` lets CAPI's finalizer go.
+    """
+    if finalizer in ((body.get("metadata") or {}).get("finalizers") or []):
+        return True
+    claim = Claim.of(body)
+    return claim is not None and claim.pool.kind != IN_CLUSTER
+
+
+def handled(body: Mapping[str, Any]) -> bool:
+    """Whether a claim shows, by itself, that it was served: its status names its IPAddress. A claim's
+    spec never changes, so kopf keeps no record of it (`runtime.SelfRecordingDiffBase`): a claim is
+    served when it appears, at every restart, and whenever its status lost the binding (rebuilt from the
+    IPAddress that still exists), never for a change it makes itself."""
+    return bool(((body.get("status") or {}).get("addressRef") or {}).get("name"))
+
+
+async def hold_for_release(kube: Kube, body: Mapping[str, Any], finalizer: str) -> None:
+    """Put the finalizer on an in-cluster claim about to be bound. The merge patch replaces the whole
+    list, so it carries the resourceVersion it was computed from; on a conflict it is computed again
+    from a fresh read, once. A claim being deleted can take no new finalizer and needs none."""
+    for attempt in range(2):
+        meta = body["metadata"]
+        finalizers = list(meta.get("finalizers") or [])
+        if finalizer in finalizers or meta.get("deletionTimestamp"):
+            return
+        patch = {
+            "metadata": {"finalizers": [*finalizers, finalizer], "resourceVersion": meta["resourceVersion"]}
+        }
+        try:
+            await kube.patch(CLAIMS, meta["name"], patch, meta["namespace"])
+            return
+        except KubeError as exc:
+            if exc.status != 409 or attempt:
+                raise
+        found = await kube.get(CLAIMS, meta["name"], meta["namespace"])
+        if found is None:
+            return
+        body = found
 
 
 def failure_reason(error: errors.CapfleetError) -> str:

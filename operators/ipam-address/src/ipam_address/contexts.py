@@ -50,6 +50,8 @@ class Context(reconciling.Context):
     """What every claim and pool operation needs: the API, the allocation state, NetBox, kopf's indexes."""
 
     lookups: Lookups
+    finalizer: str
+    """The operator's finalizer, which a bound claim carries until its address is released."""
     allocator: Allocator = reconciling.in_memo(ALLOCATOR_KEY)
     netbox_clients: netbox_pools.Clients = reconciling.in_memo(NETBOX_CLIENTS_KEY)
     settings: IpamSettings = reconciling.in_memo(reconciling.SETTINGS_KEY)

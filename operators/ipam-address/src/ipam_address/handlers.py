@@ -7,13 +7,14 @@ middle of a burst safe.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
 
 from capfleet import errors, reconciling, resources, runtime, statuses
 from capfleet.api import kinds
-from ipam_address import contexts, netbox_pools, pool_status, pools, serving
+from ipam_address import claims, contexts, netbox_pools, pool_status, pools, serving
 from ipam_address.allocator import Allocator, Owner
 from ipam_address.claims import Claim
 from ipam_address.contexts import Context
@@ -30,6 +31,18 @@ AddressIndex = kopf.Index[Any, Any]
 
 def our_claim(body: kopf.Body, **_: Any) -> bool:
     return Claim.of(body) is not None
+
+
+def our_claim_to_release(body: kopf.Body, **_: Any) -> bool:
+    """Claims whose deletion waits for `release_claim`: kopf keeps its finalizer on exactly these."""
+    return our_claim(body) and claims.needs_finalizer(body, IDENTITY.finalizer)
+
+
+def handled_claim(body: Mapping[str, Any]) -> bool | None:
+    """Whether a claim of ours shows it was served (`claims.handled`); None for any other object."""
+    if body.get("kind") != resources.IP_ADDRESS_CLAIMS.kind or Claim.of(body) is None:
+        return None
+    return claims.handled(body)
 
 
 def our_address(body: kopf.Body, **_: Any) -> bool:
@@ -101,7 +114,7 @@ def create_allocator(memo: kopf.Memo, **_: Any) -> None:
 
 
 def context(memo: kopf.Memo, kwargs: dict[str, Any]) -> Context:
-    return Context.from_memo(memo, lookups=lookups(kwargs))
+    return Context.from_memo(memo, lookups=lookups(kwargs), finalizer=IDENTITY.finalizer)
 
 
 def claim_of(body: kopf.Body) -> Claim:
@@ -122,15 +135,7 @@ async def serve_claim(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
     await serving.serve_claim(context(memo, kwargs), claim_of(body))
 
 
-@kopf.on.event(*CLAIMS, when=our_claim)
-async def repair_claim_status(
-    type: str, body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **kwargs: Any
-) -> None:
-    if type in {"ADDED", "MODIFIED"}:
-        serving.repair_status(context(memo, kwargs), claim_of(body), patch.status)
-
-
-@kopf.on.delete(*CLAIMS, when=our_claim)
+@kopf.on.delete(*CLAIMS, when=our_claim_to_release)
 @runtime.reconciler("IPAddressClaim")
 async def release_claim(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
     await serving.release_claim(context(memo, kwargs), claim_of(body))

@@ -9,14 +9,15 @@ IPAddress was deleted by hand.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping
 from typing import Any
 
-from capfleet import conditions, errors, pausing, resources, statuses
+from capfleet import conditions, errors, pausing, resources
 from capfleet.conditions import Update
 from ipam_address import claims, pools
 from ipam_address.claims import Claim
 from ipam_address.contexts import Context
+from ipam_address.pools import IN_CLUSTER
 
 WAIT_IN_HANDLER_SECONDS = 20.0
 """How long a claim waits inside its handler for its pool to free an address or become ready."""
@@ -38,14 +39,8 @@ async def write_status(
     ctx: Context, body: Mapping[str, Any], updates: list[Update], fields: Mapping[str, Any] | None = None
 ) -> Mapping[str, Any]:
     """Write a claim's status through the kit, at once; return the claim as it now stands, so a later
-    write in the same handler sends only what differs from this one.
-
-    Written right after the IPAddress, not left to kopf's patch at the end of the handler: then no watch
-    event ever shows a claim whose IPAddress exists without its status, which `repair_status` would
-    otherwise take for a lost status.
-    """
-    desired = await ctx.write_status(CLAIMS, body, fields or {}, updates, None)
-    return {**body, "status": {**(body.get("status") or {}), **desired}}
+    write in the same handler sends only what differs and carries the current resourceVersion."""
+    return await ctx.write_status(CLAIMS, body, fields or {}, updates, None)
 
 
 async def write_failure(
@@ -73,8 +68,10 @@ async def serve_claim(ctx: Context, claim: Claim, preferred: str | None = None) 
             raise
         if address is None:
             await write_status(ctx, body, [pausing.condition(True)])
-        else:
-            await write_status(ctx, body, allocated(address), bound_to(claim.name))
+            return
+        body = await write_status(ctx, body, allocated(address), bound_to(claim.name))
+        if claim.pool.kind == IN_CLUSTER:
+            await claims.hold_for_release(ctx.kube, body, ctx.finalizer)
         return
 
 
@@ -130,26 +127,3 @@ async def let_deleted_address_go(ctx: Context, meta: Mapping[str, Any], claim_na
     remaining = [f for f in meta.get("finalizers") or [] if f != claims.PROTECT_FINALIZER]
     patch = {"metadata": {"finalizers": remaining or None}}
     await ctx.kube.patch(resources.IP_ADDRESSES, meta["name"], patch, meta["namespace"])
-
-
-def repair_status(ctx: Context, claim: Claim, status_patch: MutableMapping[str, Any]) -> None:
-    """Rebuild a lost status from the claim's IPAddress, which kopf's index already holds.
-
-    Never allocates: a claim without an IPAddress is its serving handler's business, and repairing it
-    here would race with that handler.
-    """
-    status = claim.body.get("status") or {}
-    bound = claim.model.status.address_ref
-    if claim.model.metadata.deletion_timestamp or (bound is not None and bound.name):
-        return
-    if conditions.is_true(conditions.parse(status.get("conditions")), conditions.PAUSED):
-        return
-    existing = ctx.lookups.address_of_claim(claim.namespace, claim.name)
-    if existing is None or existing[1]:
-        return
-    generation = claim.model.metadata.generation
-    desired = {
-        **bound_to(claim.name),
-        "conditions": statuses.with_conditions(status, allocated(existing[0]), generation=generation),
-    }
-    statuses.merge_into(status_patch, status, desired)

@@ -4,7 +4,7 @@ import kopf
 import prometheus_client
 import pytest
 
-from capfleet import errors, runtime
+from capfleet import errors, persistence, runtime
 
 
 def test_flags_override_environment() -> None:
@@ -65,7 +65,7 @@ def test_objects_that_show_they_were_handled_get_no_record_from_kopf() -> None:
 
 
 def test_a_handler_that_succeeds_at_once_leaves_no_annotation_behind() -> None:
-    storage = runtime.ProgressStorage(prefix="ipam-address.capfleet.dev")
+    storage = persistence.ProgressStorage(prefix="ipam-address.capfleet.dev")
     record = {"started": "2026-01-01T00:00:00", "success": True, "failure": False, "retries": 1}
     patch = kopf.Patch()
     storage.store(key=kopf.HandlerId("serve"), record=record, body=claim(), patch=patch)  # type: ignore[arg-type]

@@ -28,7 +28,17 @@ from typing import Any, ParamSpec, TypeVar
 import kopf
 from aiohttp import web
 
-from capfleet import errors, events, leadership, metrics, ownership, reconciling, securemetrics, statuses
+from capfleet import (
+    errors,
+    events,
+    leadership,
+    metrics,
+    ownership,
+    persistence,
+    reconciling,
+    securemetrics,
+    statuses,
+)
 from capfleet.kube import Kube
 from capfleet.resources import Resource
 
@@ -201,69 +211,20 @@ def split_address(address: str) -> tuple[str, int]:
     return host or "0.0.0.0", int(port)
 
 
-Handled = Callable[[Mapping[str, Any]], bool | None]
-"""For objects that show by their own state whether they were handled (True or False), that answer;
-None for every other object."""
-
-
-class SelfRecordingDiffBase(kopf.DiffBaseStorage):
-    """kopf's record of the spec it last handled (an annotation it writes after every handling), except
-    for objects whose spec never changes and whose own state shows that they were handled: for those kopf
-    writes nothing, which saves one write per object (IPAddressClaims, thousands of them in a burst).
-
-    Such an object is new to kopf (its creation handlers run) until its state shows it handled, and
-    unchanged ever after (resume handlers still run at startup).
-    """
-
-    def __init__(self, recorded: kopf.DiffBaseStorage, handled: Handled) -> None:
-        super().__init__()
-        self.recorded, self.handled = recorded, handled
-
-    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
-        return self.recorded.build(body=body, extra_fields=extra_fields)
-
-    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
-        handled = self.handled(body)
-        if handled is None:
-            return self.recorded.fetch(body=body)
-        return self.build(body=body) if handled else None
-
-    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
-        if self.handled(body) is None:
-            self.recorded.store(body=body, patch=patch, essence=essence)
-
-
-class ProgressStorage(kopf.AnnotationsProgressStorage):
-    """kopf's progress annotations, without the mark that brands them (`<prefix>/kopf-managed`) when
-    nothing of ours is left to mark: a handler that succeeds at once leaves no progress behind, and an
-    object whose spec kopf need not record (`SelfRecordingDiffBase`) then needs no write of kopf's."""
-
-    def purge(self, *, key: kopf.HandlerId, body: kopf.Body, patch: kopf.Patch) -> None:
-        super().purge(key=key, body=body, patch=patch)
-        ours = f"{self.prefix}/"
-        marker = f"{ours}kopf-managed"
-        annotations = patch.get("metadata", {}).get("annotations", {})
-        if marker not in annotations or any(k.startswith(ours) for k in body.metadata.annotations):
-            return
-        if all(k == marker for k in annotations if k.startswith(ours)):
-            del annotations[marker]
-            if not annotations:
-                del patch["metadata"]["annotations"]
-            if not patch["metadata"]:
-                del patch["metadata"]
-
-
 def configure(
-    settings: kopf.OperatorSettings, identity: Identity, options: Options, handled: Handled | None = None
+    settings: kopf.OperatorSettings,
+    identity: Identity,
+    options: Options,
+    handled: persistence.Handled | None = None,
 ) -> None:
     """kopf settings that give each operator its own marks and keep idle operators silent."""
     settings.persistence.finalizer = identity.finalizer
-    settings.persistence.progress_storage = ProgressStorage(prefix=identity.annotation_prefix)
+    settings.persistence.progress_storage = persistence.ProgressStorage(prefix=identity.annotation_prefix)
     recorded = kopf.AnnotationsDiffBaseStorage(
         prefix=identity.annotation_prefix, key="last-handled-configuration"
     )
     settings.persistence.diffbase_storage = (
-        recorded if handled is None else SelfRecordingDiffBase(recorded, handled)
+        recorded if handled is None else persistence.SelfRecordingDiffBase(recorded, handled)
     )
     settings.peering.name = options.shard_name(identity)
     settings.peering.mandatory = False
@@ -338,7 +299,7 @@ def _install(
     registry: kopf.OperatorRegistry,
     identity: Identity,
     options: Options,
-    handled: Handled | None = None,
+    handled: persistence.Handled | None = None,
 ) -> None:
     @kopf.on.startup(registry=registry)
     async def start_runtime(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
@@ -374,7 +335,7 @@ def run(
     argv: Sequence[str] | None = None,
     *,
     register: Callable[[SettingsT], None] | None = None,
-    handled: Handled | None = None,
+    handled: persistence.Handled | None = None,
 ) -> None:
     """Start the operator whose handlers are already registered with kopf's default registry.
 

@@ -200,7 +200,7 @@ def needs_finalizer(body: Mapping[str, Any], finalizer: str) -> bool:
 
 def handled(body: Mapping[str, Any]) -> bool:
     """Whether a claim shows, by itself, that it was served: its status names its IPAddress. A claim's
-    spec never changes, so kopf keeps no record of it (`runtime.SelfRecordingDiffBase`): a claim is
+    spec never changes, so kopf keeps no record of it (`persistence.SelfRecordingDiffBase`): a claim is
     served when it appears, at every restart, and whenever its status lost the binding (rebuilt from the
     IPAddress that still exists), never for a change it makes itself."""
     return bool(((body.get("status") or {}).get("addressRef") or {}).get("name"))

@@ -329,11 +329,11 @@ async def test_a_lost_status_is_rebuilt_from_the_ip_address_that_still_exists() 
 
 
 def test_only_a_netbox_claim_or_one_that_holds_the_finalizer_waits_for_its_release() -> None:
-    assert not claims.needs_finalizer(claim_body(), FINALIZER)
-    assert claims.needs_finalizer(claim_body("nb", "NetboxIPPool"), FINALIZER)
+    assert not claims.needs_finalizer(claim_of(claim_body()), FINALIZER)
+    assert claims.needs_finalizer(claim_of(claim_body("nb", "NetboxIPPool")), FINALIZER)
     held = claim_body()
     held["metadata"]["finalizers"] = ["someone-else", FINALIZER]
-    assert claims.needs_finalizer(held, FINALIZER)
+    assert claims.needs_finalizer(claim_of(held), FINALIZER)
 
 
 async def test_the_finalizer_is_computed_again_after_a_conflict_never_on_a_claim_going() -> None:

@@ -184,7 +184,7 @@ async def reconcile(ctx: Context, claim: Claim, preferred: str | None = None) ->
     return address
 
 
-def needs_finalizer(body: Mapping[str, Any], finalizer: str) -> bool:
+def needs_finalizer(claim: Claim, finalizer: str) -> bool:
     """Whether deleting a claim waits for its release. A NetBox claim always: its address lives outside
     the cluster, so kopf puts the finalizer on before the first NetBox write. An in-cluster claim once
     `hold_for_release` put it on, just after its status said bound.
@@ -192,10 +192,7 @@ def needs_finalizer(body: Mapping[str, Any], finalizer: str) -> bool:
     An in-cluster claim deleted before that has nothing to release: its IPAddress is owned by it, so the
     garbage collector deletes it and `serving.observe_address` lets CAPI's finalizer go.
     """
-    if finalizer in ((body.get("metadata") or {}).get("finalizers") or []):
-        return True
-    claim = Claim.of(body)
-    return claim is not None and claim.pool.kind != IN_CLUSTER
+    return finalizer in (claim.meta.get("finalizers") or []) or claim.pool.kind != IN_CLUSTER
 
 
 def handled(body: Mapping[str, Any]) -> bool:

@@ -35,7 +35,8 @@ def our_claim(body: kopf.Body, **_: Any) -> bool:
 
 def our_claim_to_release(body: kopf.Body, **_: Any) -> bool:
     """Claims whose deletion waits for `release_claim`: kopf keeps its finalizer on exactly these."""
-    return our_claim(body) and claims.needs_finalizer(body, IDENTITY.finalizer)
+    claim = Claim.of(body)  # parsed once: kopf asks this of every claim event
+    return claim is not None and claims.needs_finalizer(claim, IDENTITY.finalizer)
 
 
 def handled_claim(body: Mapping[str, Any]) -> bool | None:

@@ -5,11 +5,13 @@ They run in the unit suite, so a broken harness shows up before any integration 
 
 from __future__ import annotations
 
+import http.server
 import ipaddress
 import os
 import stat
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -17,13 +19,8 @@ import yaml
 from cryptography import x509
 
 from capfleet_e2e.crds import kustomization_labels
-from capfleet_e2e.nodesite import (
-    GUEST_STATS,
-    WORKER_NICENESS,
-    lower_worker_priority,
-    readyz_failure,
-    with_guest_stats,
-)
+from capfleet_e2e.labguest import LAB_COMMANDS, STATS_SCRIPT, STATS_SCRIPT_CONTENT, with_lab_guest
+from capfleet_e2e.nodesite import WORKER_NICENESS, lower_worker_priority, readyz_failure
 from capfleet_e2e.pki import generate_pki
 from capfleet_e2e.processes import Component, ComponentError, wait_for
 
@@ -96,19 +93,74 @@ def test_readyz_failures_name_the_failed_checks_or_say_nothing_answered() -> Non
     assert readyz_failure(refused).startswith("unreachable: The connection to the server 127.0.0.1:41234")
 
 
-def test_guest_stats_run_first_on_control_planes_and_workers_and_parse_as_shell() -> None:
+def test_lab_commands_run_first_on_control_planes_and_workers_and_parse_as_shell() -> None:
     manifest = yaml.safe_dump_all(
         [
             {"kind": "KubeadmControlPlane", "spec": {"kubeadmConfigSpec": {"preKubeadmCommands": ["a"]}}},
-            {"kind": "KubeadmConfigTemplate", "spec": {"template": {"spec": {}}}},
+            {"kind": "KubeadmConfigTemplate", "spec": {"template": {"spec": {"files": [{"path": "/x"}]}}}},
             {"kind": "Cluster", "spec": {}},
         ]
     )
-    kcp, workers, cluster = yaml.safe_load_all(with_guest_stats(manifest))
-    assert kcp["spec"]["kubeadmConfigSpec"]["preKubeadmCommands"] == [GUEST_STATS, "a"]
-    assert workers["spec"]["template"]["spec"]["preKubeadmCommands"] == [GUEST_STATS]
+    kcp, workers, cluster = yaml.safe_load_all(with_lab_guest(manifest))
+    assert kcp["spec"]["kubeadmConfigSpec"]["preKubeadmCommands"] == [*LAB_COMMANDS, "a"]
+    assert [f["path"] for f in kcp["spec"]["kubeadmConfigSpec"]["files"]] == [STATS_SCRIPT]
+    assert workers["spec"]["template"]["spec"]["preKubeadmCommands"] == list(LAB_COMMANDS)
+    assert [f["path"] for f in workers["spec"]["template"]["spec"]["files"]] == ["/x", STATS_SCRIPT]
     assert cluster == {"kind": "Cluster", "spec": {}}
-    subprocess.run(["sh", "-n", "-c", GUEST_STATS], check=True)
+    for command in LAB_COMMANDS:
+        subprocess.run(["sh", "-n", "-c", command], check=True)
+
+
+def test_guest_stats_report_the_local_etcd_members_progress_and_none_without_one(tmp_path: Path) -> None:
+    script = tmp_path / "stats"
+    script.write_text(STATS_SCRIPT_CONTENT)
+    metrics = (
+        "# HELP etcd_server_is_learner ...\n"
+        "etcd_server_is_learner 1\n"
+        "etcd_server_proposals_applied_total 1234\n"
+        'etcd_network_peer_received_bytes_total{From="8e9e05c52164694d"} 5.5e+06\n'
+        "etcd_server_has_leader 1\n"
+    )
+
+    class Metrics(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = metrics.encode() if self.path == "/metrics" else b""
+            self.send_response(200 if body else 404)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with_etcd = run_stats_once(script, server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert with_etcd.startswith("capfleet-guest-stats up="), with_etcd
+    assert "busiest=" in with_etcd
+    assert "memavail_mib=" in with_etcd
+    etcd = with_etcd.split("etcd: ", 1)[1].split()
+    assert etcd == [
+        "server_is_learner=1",
+        "server_proposals_applied_total=1234",
+        'network_peer_received_bytes_total{From="8e9e05c52164694d"}=5.5e+06',
+    ]
+    # Nothing listening (a worker, or etcd not started yet): the line still comes, saying so.
+    assert run_stats_once(script, server.server_address[1]).endswith("etcd: none")
+
+
+def run_stats_once(script: Path, port: int) -> str:
+    """The first line the stats script prints at a 0.1 s interval, reading etcd's metrics from `port`."""
+    with subprocess.Popen(
+        ["bash", str(script), "0.1", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as process:
+        assert process.stdout is not None
+        line = process.stdout.readline().strip()
+        process.kill()
+    return line
 
 
 def test_lab_qemus_other_than_control_planes_are_reniced_thread_by_thread(tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ from capfleet.resources import KCPS, MACHINE_DEPLOYMENTS
 from capfleet_e2e.baremetal.netns import PxeNetwork
 from capfleet_e2e.controlplane import ControlPlane
 from capfleet_e2e.kubebin import HarnessError, Kubectl, repo_root
+from capfleet_e2e.labguest import with_lab_guest
 from capfleet_e2e.libvirt.hypervisor import Hypervisor, start_hypervisor
 from capfleet_e2e.nodeimage.versions import NodeImageVersions
 from capfleet_e2e.site import OPERATOR_ENV, SITE_LABEL, delete_cluster, register_hypervisor, render
@@ -63,15 +64,6 @@ HA_VIP_LEASE = {
     "CAPFLEET_VIP_RENEW_DEADLINE_SECONDS": "20",
     "CAPFLEET_VIP_RETRY_PERIOD_SECONDS": "4",
 }
-# Every minute each guest writes a line of load, free memory and its busiest processes to its serial
-# console (the suites keep those logs as artifacts): what a slow `kubeadm init` was competing with.
-GUEST_STATS = (
-    "setsid sh -c 'while sleep 60; do echo capfleet-guest-stats"
-    ' up=$(cut -d" " -f1 /proc/uptime) load=$(cut -d" " -f1-3 /proc/loadavg)'
-    ' memavail_mib=$(awk "/^MemAvailable:/{print int(\\$2/1024)}" /proc/meminfo)'
-    ' busiest=$(ps -eo comm=,pcpu= --sort=-pcpu | head -4 | tr -s " " | paste -sd,);'
-    " done >/dev/console 2>&1' </dev/null >/dev/null 2>&1 &"
-)
 
 
 def place_base_volume(hv: Hypervisor, image: Path, volume: str) -> None:
@@ -212,8 +204,8 @@ class NodeSite:
 
     def manifest(self, **overrides: str) -> str:
         """cluster-template-vm.yaml rendered with the site's variables, `overrides` taking precedence, its
-        nodes printing GUEST_STATS."""
-        return with_guest_stats(
+        nodes set up for the lab (labguest.py)."""
+        return with_lab_guest(
             render((repo_root() / VM_TEMPLATE).read_text(), {**self.variables, **overrides})
         )
 
@@ -359,20 +351,6 @@ async def control_planes_first(interval: float = 2.0) -> AsyncIterator[None]:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-
-
-def with_guest_stats(manifest: str) -> str:
-    """`manifest` whose control-plane and worker nodes run GUEST_STATS first."""
-    documents = [d for d in yaml.safe_load_all(manifest) if d]
-    for document in documents:
-        if document["kind"] == "KubeadmControlPlane":
-            spec = document["spec"]["kubeadmConfigSpec"]
-        elif document["kind"] == "KubeadmConfigTemplate":
-            spec = document["spec"]["template"]["spec"]
-        else:
-            continue
-        spec["preKubeadmCommands"] = [GUEST_STATS, *spec.get("preKubeadmCommands", [])]
-    return yaml.safe_dump_all(documents, sort_keys=False)
 
 
 def readyz_failure(kubectl_error: str) -> str:

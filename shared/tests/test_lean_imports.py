@@ -1,0 +1,67 @@
+"""kubernetes_asyncio made lazy by `import capfleet`: a process loads a few dozen of its modules instead of
+~850, and every name still resolves to the object the eager package gives. Each case runs in a fresh
+interpreter, since this one has imported kubernetes_asyncio already."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+# Names capfleet, kopf and kubernetes_asyncio's own modules read, and a sample of what they never read.
+NAMES = (
+    "client.ApiClient",
+    "client.Configuration",
+    "client.exceptions.ApiException",
+    "client.CoreV1Api",
+    "client.V1Pod",
+    "client.models.V1ObjectMeta",
+    "client.api.CustomObjectsApi",
+    "config.load_kube_config",
+    "config.load_incluster_config",
+    "watch.Watch",
+)
+RESOLVE = f"""
+import functools, json, sys
+{{first}}
+import kopf
+import kubernetes_asyncio
+from kubernetes_asyncio.client.exceptions import ApiException
+def where(path):
+    value = functools.reduce(getattr, path.split("."), kubernetes_asyncio)
+    return f"{{{{value.__module__}}}}.{{{{value.__qualname__}}}}"
+names = {{{{path: where(path) for path in {NAMES!r}}}}}
+loaded = sorted(m for m in sys.modules if m.startswith("kubernetes_asyncio"))
+public = sorted(n for n in dir(kubernetes_asyncio.client) if not n.startswith("_"))
+print(json.dumps({{{{"names": names, "loaded": len(loaded), "public": public}}}}))
+"""
+
+
+def resolve(first: str) -> dict[str, object]:
+    script = RESOLVE.format(first=first)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    answer: dict[str, object] = json.loads(done.stdout)
+    return answer
+
+
+def test_importing_capfleet_first_loads_few_modules_and_every_name_is_the_eager_packages_own() -> None:
+    eager = resolve("")
+    lean = resolve("import capfleet")
+    assert lean["names"] == eager["names"]
+    assert isinstance(eager["loaded"], int)
+    assert isinstance(lean["loaded"], int)
+    assert eager["loaded"] > 800
+    assert lean["loaded"] < 60, lean["loaded"]
+    # dir() of the lazy client lists what the eager one does, though none of it is loaded yet.
+    assert lean["public"] == eager["public"]
+
+
+def test_install_does_nothing_once_the_real_package_is_loaded() -> None:
+    script = (
+        "import kubernetes_asyncio.client, sys\n"
+        "eager = sys.modules['kubernetes_asyncio.client']\n"
+        "from capfleet import lean_imports\n"
+        "print(lean_imports.install(), sys.modules['kubernetes_asyncio.client'] is eager)"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["False", "True"]

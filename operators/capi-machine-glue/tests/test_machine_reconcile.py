@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from capfleet import errors, pausing, resources
+from capfleet import errors, ownership, pausing, resources
 from capfleet.api import kinds
 from capfleet.api.baremetal import BaremetalInstanceSpec
 from capfleet.api.libvirt import LibvirtVMSpec
 from capfleet.resources import Resource
-from capi_machine_glue import machines
+from capi_machine_glue import inheritance, machines
 from capi_machine_glue.contexts import Context
 from capi_machine_glue.settings import GlueSettings
 from capi_machine_glue.wakeups import Wakeups
@@ -33,6 +33,7 @@ METAL = {
     "network": {"interfaces": [{"name": "eno1", "ipPoolRefs": [POOL]}]},
 }
 Obj = dict[str, Any]
+SHARD = ownership.WATCH_FILTER_LABEL
 
 
 def _merge(target: Obj, patch: Obj) -> None:
@@ -256,3 +257,51 @@ async def test_deletion_right_after_an_unpause_takes_the_mirrored_pause_off_the_
     claim = api.obj(resources.IP_ADDRESS_CLAIMS, "w-0-eno1-0")
     assert claim["metadata"]["deletionTimestamp"]
     assert not pausing.annotated(claim["metadata"])
+
+
+async def test_a_relabelled_machine_takes_its_children_to_its_new_shard_and_back_to_none(
+    api: FakeKube,
+) -> None:
+    """Children are made with their owner's shard label; relabelled later, the machine's next reconcile
+    relabels them too, so the new shard's operators serve them and the old shard's let them go."""
+
+    def shards() -> dict[str, str | None]:
+        owned = [
+            o
+            for o in api.objects.values()
+            if any(ref.get("uid") == uid for ref in o["metadata"].get("ownerReferences") or [])
+        ]
+        return {
+            f"{o['kind']}/{o['metadata']['name']}": o["metadata"].get("labels", {}).get(SHARD) for o in owned
+        }
+
+    machine(api, "w-0", VM)
+    owner = api.obj(kinds.HYBRID_MACHINE.resource, "w-0")
+    uid = owner["metadata"]["uid"]
+    owner["metadata"]["labels"][SHARD] = "a"
+    ctx = context(api)
+    await machines.reconcile(ctx, NS, "w-0")
+    api.bind_claims()
+    await machines.reconcile(ctx, NS, "w-0")
+    assert shards() == {"IPAddressClaim/w-0-eth0-0": "a", "LibvirtVM/w-0": "a"}
+    owner["metadata"]["labels"][SHARD] = "b"
+    await machines.reconcile(ctx, NS, "w-0")
+    assert set(shards().values()) == {"b"}
+    del owner["metadata"]["labels"][SHARD]
+    await machines.reconcile(ctx, NS, "w-0")
+    assert set(shards().values()) == {None}
+
+
+def test_inherited_patch_brings_pause_and_shard_in_line_and_leaves_a_deleting_child_alone() -> None:
+    owner = {"metadata": {"labels": {SHARD: "b"}}}
+    child: Obj = {"metadata": {"labels": {SHARD: "a"}, "annotations": {pausing.PAUSED_ANNOTATION: "true"}}}
+    assert inheritance.inherited_patch(child, owner, paused=False) == {
+        "metadata": {"annotations": {pausing.PAUSED_ANNOTATION: None}, "labels": {SHARD: "b"}}
+    }
+    assert inheritance.inherited_patch(child, owner, paused=True) == {"metadata": {"labels": {SHARD: "b"}}}
+    assert inheritance.inherited_patch(child, {"metadata": {}}, paused=True) == {
+        "metadata": {"labels": {SHARD: None}}
+    }
+    assert inheritance.inherited_patch({"metadata": {"labels": {SHARD: "b"}}}, owner, paused=False) is None
+    child["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    assert inheritance.inherited_patch(child, {"metadata": {}}, paused=False) is None

@@ -16,7 +16,7 @@ from capfleet.api import kinds
 from capfleet.api.capi import IPAddress
 from capfleet.api.hybrid_clusters import APIEndpoint, HybridCluster, HybridClusterSpec
 from capfleet.conditions import Update
-from capi_machine_glue import gates, names, specs, summaries
+from capi_machine_glue import gates, inheritance, names, specs, summaries
 from capi_machine_glue.contexts import ADDRESSES, CLAIMS, CLUSTERS, HYBRID_CLUSTERS, Context
 from capi_machine_glue.machines import ChildrenRemaining, capi_cluster
 from capi_machine_glue.wakeups import HYBRID_CLUSTER, Key
@@ -56,15 +56,6 @@ def provisioned(hybrid: HybridCluster) -> bool:
     return bool(status and status.initialization and status.initialization.provisioned)
 
 
-async def _mirror_pause(ctx: Context, claim: Obj | None, paused: bool) -> None:
-    """The VIP claim carries the paused annotation while the cluster is paused."""
-    if claim is None or pausing.annotated(claim["metadata"]) == paused:
-        return
-    value = "true" if paused else None
-    patch = {"metadata": {"annotations": {pausing.PAUSED_ANNOTATION: value}}}
-    await ctx.kube.patch(CLAIMS, claim["metadata"]["name"], patch, claim["metadata"]["namespace"])
-
-
 async def reconcile(ctx: Context, namespace: str, name: str) -> None:
     body = await ctx.kube.get(HYBRID_CLUSTERS, name, namespace)
     if body is None or body["metadata"].get("deletionTimestamp") or externally_managed(body["metadata"]):
@@ -90,7 +81,7 @@ async def reconcile(ctx: Context, namespace: str, name: str) -> None:
         else None
     )
     paused = pausing.annotated(meta) or pausing.cluster_paused(cluster)
-    await _mirror_pause(ctx, claim, paused)
+    await inheritance.mirror(ctx, [(CLAIMS, claim)] if claim else [], body, paused=paused)
     if paused:
         await reconciling.Recorder(ctx, HYBRID_CLUSTERS, body, None).paused()
         return

@@ -30,7 +30,7 @@ from capfleet.api.libvirt import LibvirtVMStatus
 from capfleet.api.netbox import NetboxDeviceStatus
 from capfleet.conditions import Update
 from capfleet.resources import Resource
-from capi_machine_glue import gates, names, specs, summaries
+from capi_machine_glue import gates, inheritance, names, specs, summaries
 from capi_machine_glue.contexts import (
     ADDRESSES,
     CLAIMS,
@@ -82,17 +82,6 @@ async def _owned(ctx: Context, resource: Resource, name: str, namespace: str, ow
             reason="ChildNameTaken",
         )
     return found
-
-
-async def _mirror_pause(ctx: Context, children: Sequence[tuple[Resource, Obj]], paused: bool) -> None:
-    """Put the paused annotation on every child while paused, and take it off when not."""
-    for resource, child in children:
-        meta = child["metadata"]
-        if pausing.annotated(meta) == paused or meta.get("deletionTimestamp"):
-            continue
-        value = "true" if paused else None
-        patch = {"metadata": {"annotations": {pausing.PAUSED_ANNOTATION: value}}}
-        await ctx.kube.patch(resource, meta["name"], patch, meta["namespace"])
 
 
 @dataclass
@@ -222,7 +211,7 @@ async def reconcile(ctx: Context, namespace: str, name: str) -> None:
     cluster = await capi_cluster(ctx, cluster_name, namespace)
     children = await family(ctx, body, machine.spec)
     paused = pausing.annotated(meta) or pausing.cluster_paused(cluster)
-    await _mirror_pause(ctx, children.existing(), paused)
+    await inheritance.mirror(ctx, children.existing(), body, paused=paused)
     if paused:
         await reconciling.Recorder(ctx, HYBRID_MACHINES, body, None).paused()
         return

@@ -134,8 +134,9 @@ def test_guest_stats_report_the_local_etcd_members_progress_and_none_without_one
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    pods = tmp_path / "pods"
     try:
-        with_etcd = run_stats_once(script, server.server_address[1])
+        [with_etcd] = run_stats_once(script, server.server_address[1], pods)
     finally:
         server.shutdown()
         server.server_close()
@@ -148,19 +149,27 @@ def test_guest_stats_report_the_local_etcd_members_progress_and_none_without_one
         "server_proposals_applied_total=1234",
         'network_peer_received_bytes_total{From="8e9e05c52164694d"}=5.5e+06',
     ]
-    # Nothing listening (a worker, or etcd not started yet): the line still comes, saying so.
-    assert run_stats_once(script, server.server_address[1]).endswith("etcd: none")
+    # Nothing listening (a worker, or etcd not started yet): the line still comes, saying so, and a
+    # static pod that left logs says how many times it ran and what it said last.
+    logs = pods / "kube-system_etcd-node-1_0123" / "etcd"
+    logs.mkdir(parents=True)
+    (logs / "0.log").write_text("2026-11-27T07:00:00Z stderr F first run\n")
+    (logs / "1.log").write_text('2026-11-27T07:01:00Z stderr F {"level":"fatal","msg":"bye"}\n')
+    os.utime(logs / "0.log", (0, 0))
+    stats, etcd_pod = run_stats_once(script, server.server_address[1], pods, lines=2)
+    assert stats.endswith("etcd: none")
+    assert etcd_pod == f"capfleet-guest-stats etcd: runs=2 last: {(logs / '1.log').read_text().strip()}"
 
 
-def run_stats_once(script: Path, port: int) -> str:
-    """The first line the stats script prints at a 0.1 s interval, reading etcd's metrics from `port`."""
-    with subprocess.Popen(
-        ["bash", str(script), "0.1", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    ) as process:
+def run_stats_once(script: Path, port: int, pods: Path, lines: int = 1) -> list[str]:
+    """The first `lines` the stats script prints at a 0.1 s interval, reading etcd's metrics from `port`
+    and static pods' logs under `pods`."""
+    argv = ["bash", str(script), "0.1", str(port), str(pods)]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
         assert process.stdout is not None
-        line = process.stdout.readline().strip()
+        printed = [process.stdout.readline().strip() for _ in range(lines)]
         process.kill()
-    return line
+    return printed
 
 
 def test_lab_qemus_other_than_control_planes_are_reniced_thread_by_thread(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ import pytest
 
 from capfleet import pausing, resources
 from capfleet.api import kinds
+from capfleet_e2e.bench.measure import read_proc
 from capfleet_e2e.console import ConsoleProcess, Page, browser, console_user, finished_steps, screenshot
 from capfleet_e2e.controlplane import ControlPlane
 from capfleet_e2e.serviceaccounts import forbidden_requests
@@ -44,6 +45,8 @@ CAPFLEET_KINDS = (
 )
 FLEET_GROUPS = ("capfleet.dev/", "infrastructure.cluster.x-k8s.io/", "ipam.cluster.x-k8s.io/")
 SERVER_BOOT_SECONDS = 300
+# Each operator's resident memory once the fleet is idle: at most 100 MB (95.4 MiB).
+IDLE_RSS_MIB = 100e6 / 2**20
 
 
 @pytest.fixture
@@ -100,6 +103,12 @@ async def test_hybrid_cluster_is_provisioned_scaled_paused_and_deleted_without_l
     _, offset = site.cp.audit_events()
     await kube.patch(MACHINE_DEPLOYMENTS, f"{CLUSTER}-worker", {"spec": {"replicas": 2}}, ns)
     await quiet_window(site, offset)
+    idle = operators_resident_mib(site)
+    print(
+        "\noperators' RSS, idle (converged, paused, no writes for 15 s): "
+        + ", ".join(f"{module} {mib:.0f} MiB" for module, mib in idle.items())
+    )
+    assert max(idle.values()) <= IDLE_RSS_MIB, idle
     await kube.patch(CLUSTERS, CLUSTER, {"spec": {"paused": False}}, ns)
     await eventually("every capfleet object to be unpaused", lambda: all_paused(site, False), 60)
     workers = await eventually(
@@ -128,6 +137,14 @@ async def test_hybrid_cluster_is_provisioned_scaled_paused_and_deleted_without_l
     vms = site.netbox.client.list_all("virtualization/virtual-machines/")
     assert [vm["name"] for vm in vms if (vm.get("cluster") or {}).get("name") == vm_cluster] == []
     assert_no_forbidden_requests(site)
+
+
+def operators_resident_mib(site: HybridSite) -> dict[str, float]:
+    """Each operator's resident set size now (VmRSS), in MiB."""
+    return {
+        module: read_proc(process.component.pid).rss_bytes / 2**20
+        for module, process in site.operators.items()
+    }
 
 
 async def the_console_shows_the_cluster(site: HybridSite, workdir: Path) -> None:

@@ -9,7 +9,10 @@ default; only the lab's TCG guests turn huge pages off.
 The report (one `capfleet-guest-stats` line a minute; the suites keep the consoles as artifacts) says what
 a slow `kubeadm` competed with: load, free memory, the busiest processes, and, on control planes, the
 local etcd member's own view from its metrics endpoint (leader or learner, proposals committed and
-applied, bytes from its peers), which tells a learner that receives nothing from one that applies slowly.
+applied, bytes from its peers), which tells a learner that receives nothing from one that applies slowly;
+and for the etcd and kube-apiserver static pods, how many times each ran and the last line it logged (a
+joining node's own API server is not reachable from outside until it works, and its journal is not on the
+console).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ ETCD_METRICS = (
 )
 STATS_SCRIPT_CONTENT = f"""#!/bin/bash
 # capfleet lab: each minute, what this guest is busy with and what its etcd member (if any) has done.
-interval=${{1:-60}} etcd_metrics_port=${{2:-2381}}
+interval=${{1:-60}} etcd_metrics_port=${{2:-2381}} pod_logs=${{3:-/var/log/pods}}
 while sleep "$interval"; do
   etcd=none
   if exec 3<>"/dev/tcp/127.0.0.1/$etcd_metrics_port"; then
@@ -44,6 +47,15 @@ while sleep "$interval"; do
     "memavail_mib=$(awk '/^MemAvailable:/ {{print int($2/1024)}}' /proc/meminfo)" \\
     "busiest=$(ps -eo comm=,pcpu= --sort=-pcpu | head -4 | tr -s ' ' | paste -sd,)" \\
     "etcd: $etcd"
+  # A static pod that does not answer: how often it restarted and the last thing it logged.
+  for pod in etcd kube-apiserver; do
+    for dir in "$pod_logs"/kube-system_"$pod"-*/"$pod"; do
+      [ -d "$dir" ] || continue
+      runs=$(ls "$dir" | wc -l)
+      last=$(tail -q -n 1 $(ls -t "$dir"/*.log | head -1) 2>/dev/null | cut -c1-300)
+      echo "capfleet-guest-stats $pod: runs=$runs last: $last"
+    done
+  done
 done
 """
 START_STATS = f"setsid {STATS_SCRIPT} </dev/null >/dev/console 2>&1 &"

@@ -29,10 +29,11 @@ FIGURES = (
 
 @dataclass(frozen=True)
 class ProcSample:
-    """CPU time (user + system) and peak resident set size of one process."""
+    """CPU time (user + system), peak and current resident set size of one process."""
 
     cpu_seconds: float
     peak_rss_bytes: int
+    rss_bytes: int
 
 
 def parse_cpu_seconds(stat: str, ticks_per_second: int) -> float:
@@ -45,19 +46,23 @@ def parse_cpu_seconds(stat: str, ticks_per_second: int) -> float:
     return (int(rest[11]) + int(rest[12])) / ticks_per_second
 
 
-def parse_peak_rss(status: str) -> int:
-    """VmHWM (the peak resident set size) from the text of /proc/<pid>/status, in bytes."""
+def parse_memory(status: str, key: str = "VmHWM") -> int:
+    """A memory figure from the text of /proc/<pid>/status, in bytes: VmHWM (the peak resident set size)
+    unless `key` names another (VmRSS: resident now)."""
     for line in status.splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(f"{key}:"):
             return int(line.split()[1]) * 1024  # the kernel always writes "kB"
-    raise ValueError("no VmHWM line in /proc/<pid>/status")
+    raise ValueError(f"no {key} line in /proc/<pid>/status")
 
 
 def read_proc(pid: int) -> ProcSample:
-    """The live process's CPU seconds and peak RSS, read from /proc (so: before stopping it)."""
+    """The live process's CPU seconds and RSS, read from /proc (so: before stopping it)."""
     with open(f"/proc/{pid}/stat") as stat, open(f"/proc/{pid}/status") as status:
+        memory = status.read()
         return ProcSample(
-            parse_cpu_seconds(stat.read(), os.sysconf("SC_CLK_TCK")), parse_peak_rss(status.read())
+            parse_cpu_seconds(stat.read(), os.sysconf("SC_CLK_TCK")),
+            parse_memory(memory),
+            parse_memory(memory, "VmRSS"),
         )
 
 

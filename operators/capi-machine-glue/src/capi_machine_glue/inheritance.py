@@ -35,7 +35,9 @@ def inherited_patch(
     return {"metadata": patch} if patch else None
 
 
-async def mirror(ctx: Context, children: Sequence[tuple[Resource, Obj]], owner: Obj, *, paused: bool) -> None:
+async def mirror(
+    ctx: Context, children: Sequence[tuple[Resource, Mapping[str, Any]]], owner: Obj, *, paused: bool
+) -> None:
     """Patch each child whose inherited marks differ from what `owner` (paused or not) gives it."""
     for resource, child in children:
         patch = inherited_patch(child, owner, paused=paused)

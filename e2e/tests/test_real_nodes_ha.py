@@ -31,7 +31,6 @@ import yaml
 from capfleet import resources
 from capfleet.api import kinds
 from capfleet.resources import KCPS
-from capfleet_e2e.labguest import ONE_VCPU_CONTROL_PLANES
 from capfleet_e2e.nodesite import HA_VIP_LEASE, NodeSite
 from capfleet_e2e.waiting import eventually
 
@@ -192,7 +191,6 @@ async def three_control_plane_nodes(site: NodeSite, prober: Prober) -> list[dict
         WORKER_MACHINE_COUNT="0",
         **SLOW_ETCD,
         **HA_VIP_LEASE,
-        **ONE_VCPU_CONTROL_PLANES,
     )
     site.apply(site.with_failure_domains(manifest))
     await eventually("the first control-plane Node", lambda: site.ready_nodes(1), 1200, 10)

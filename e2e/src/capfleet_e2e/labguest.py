@@ -61,26 +61,14 @@ done
 START_STATS = f"setsid {STATS_SCRIPT} </dev/null >/dev/console 2>&1 &"
 NO_HUGE_PAGES = "echo never > /sys/kernel/mm/transparent_hugepage/enabled"
 LAB_COMMANDS = (NO_HUGE_PAGES, START_STATS)
-# Control planes with one vCPU each, for suites that run two or more of them at once. With two vCPUs, two
-# guests' four vCPU threads share this machine's two cores: a guest kernel spins on a lock whose holder's
-# vCPU thread the host has descheduled, and waits on IPIs to it (without KVM there are no paravirtual
-# spinlocks). kubeadm wants two CPUs for a control plane; its NumCPU check is ignored in the lab.
-ONE_VCPU_CONTROL_PLANES = {"CAPFLEET_CONTROL_PLANE_VCPUS": "1"}
 
 
 def with_lab_guest(manifest: str) -> str:
-    """`manifest` whose control-plane and worker nodes run LAB_COMMANDS (and get STATS_SCRIPT) first, and
-    whose control planes may have one vCPU (kubeadm's NumCPU preflight check ignored; see
-    ONE_VCPU_CONTROL_PLANES)."""
+    """`manifest` whose control-plane and worker nodes run LAB_COMMANDS (and get STATS_SCRIPT) first."""
     documents = [d for d in yaml.safe_load_all(manifest) if d]
     for document in documents:
         if document["kind"] == "KubeadmControlPlane":
             spec = document["spec"]["kubeadmConfigSpec"]
-            for configuration in ("initConfiguration", "joinConfiguration"):
-                registration = spec.setdefault(configuration, {}).setdefault("nodeRegistration", {})
-                ignored = registration.setdefault("ignorePreflightErrors", [])
-                if "NumCPU" not in ignored:
-                    ignored.append("NumCPU")
         elif document["kind"] == "KubeadmConfigTemplate":
             spec = document["spec"]["template"]["spec"]
         else:

@@ -8,6 +8,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 # Names capfleet, kopf and kubernetes_asyncio's own modules read, and a sample of what they never read.
 NAMES = (
     "client.ApiClient",
@@ -54,6 +56,28 @@ def test_importing_capfleet_first_loads_few_modules_and_every_name_is_the_eager_
     assert lean["loaded"] < 60, lean["loaded"]
     # dir() of the lazy client lists what the eager one does, though none of it is loaded yet.
     assert lean["public"] == eager["public"]
+
+
+@pytest.mark.parametrize(
+    "entry_point",
+    [
+        "capi_machine_glue.__main__",
+        "ipam_address.__main__",
+        "libvirt_vm.__main__",
+        "netbox_device.__main__",
+        "baremetal_provision.__main__",
+        "capfleet_console.__main__",
+    ],
+)
+def test_each_entry_point_loads_kubernetes_asyncio_lazily_whatever_it_imports_first(entry_point: str) -> None:
+    """baremetal_provision's entry point imported its handlers (and kopf with them) before capfleet, and
+    ran with the eager package: each operator's package now imports capfleet first."""
+    script = (
+        f"import sys, {entry_point}\n"
+        "print(len([m for m in sys.modules if m.startswith('kubernetes_asyncio')]))"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert int(done.stdout) < 60, done.stdout
 
 
 def test_install_does_nothing_once_the_real_package_is_loaded() -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -119,6 +120,13 @@ async def test_hybrid_cluster_is_provisioned_scaled_paused_and_deleted_without_l
     )
     assert len({w["spec"]["providerID"] for w in workers}) == 2
     assert len(await site.claimed_servers()) == 2
+    # Converged and unpaused, the fleet writes nothing: operators poll VMs, BMCs and NetBox, and resync,
+    # but a status is written only when it changes. Trailing writes of the scale-up may come first.
+    started = time.monotonic()
+    await eventually("a minute without writes to the fleet's objects", lambda: idle_minute(site), 300, 0)
+    print(
+        f"converged: a minute without fleet writes, {time.monotonic() - started - 60:.0f} s after provisioned"
+    )
 
     # Scale back to one: one server is deprovisioned and released.
     await kube.patch(MACHINE_DEPLOYMENTS, f"{CLUSTER}-worker", {"spec": {"replicas": 1}}, ns)
@@ -208,6 +216,16 @@ def settled(meta: dict[str, Any], paused: bool) -> bool:
         if key.endswith("/last-handled-configuration")
     ]
     return all(pausing.annotated(m) == paused for m in (meta, *handled))
+
+
+async def idle_minute(site: HybridSite) -> bool:
+    """Whether nothing writes to the fleet's objects during the next 60 s (what did is printed)."""
+    _, offset = site.cp.audit_events()
+    await asyncio.sleep(60)
+    writes = fleet_writes(site.cp, offset)
+    for write in writes[:10]:
+        print(f"fleet write while converging: {write}")
+    return writes == []
 
 
 async def quiet_window(site: HybridSite, offset: int, seconds: float = 15.0) -> None:

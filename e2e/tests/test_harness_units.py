@@ -153,12 +153,12 @@ def test_guest_stats_report_the_local_etcd_members_progress_and_none_without_one
     # static pod that left logs says how many times it ran and what it said last.
     logs = pods / "kube-system_etcd-node-1_0123" / "etcd"
     logs.mkdir(parents=True)
-    (logs / "0.log").write_text("2026-11-27T07:00:00Z stderr F first run\n")
-    (logs / "1.log").write_text('2026-11-27T07:01:00Z stderr F {"level":"fatal","msg":"bye"}\n')
-    os.utime(logs / "0.log", (0, 0))
+    # The kubelet keeps the latest two runs' logs, named by restart count: runs are counted from the name.
+    (logs / "10.log").write_text('2026-11-27T07:01:00Z stderr F {"level":"fatal","msg":"bye"}\n')
+    (logs / "9.log").write_text("2026-11-27T07:00:00Z stderr F the run before\n")
     stats, etcd_pod = run_stats_once(script, server.server_address[1], pods, lines=2)
     assert stats.endswith("etcd: none")
-    assert etcd_pod == f"capfleet-guest-stats etcd: runs=2 last: {(logs / '1.log').read_text().strip()}"
+    assert etcd_pod == f"capfleet-guest-stats etcd: runs=11 last: {(logs / '10.log').read_text().strip()}"
 
 
 def run_stats_once(script: Path, port: int, pods: Path, lines: int = 1) -> list[str]:

@@ -187,10 +187,7 @@ async def three_control_plane_nodes(site: NodeSite, prober: Prober) -> list[dict
     """Apply a cluster of one control-plane node, then scale KCP to three across both failure domains;
     returns the Machines."""
     manifest = site.manifest(
-        CONTROL_PLANE_MACHINE_COUNT="1",
-        WORKER_MACHINE_COUNT="0",
-        **SLOW_ETCD,
-        **HA_VIP_LEASE,
+        CONTROL_PLANE_MACHINE_COUNT="1", WORKER_MACHINE_COUNT="0", **SLOW_ETCD, **HA_VIP_LEASE
     )
     site.apply(site.with_failure_domains(manifest))
     await eventually("the first control-plane Node", lambda: site.ready_nodes(1), 1200, 10)

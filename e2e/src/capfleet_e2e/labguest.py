@@ -47,13 +47,14 @@ while sleep "$interval"; do
     "memavail_mib=$(awk '/^MemAvailable:/ {{print int($2/1024)}}' /proc/meminfo)" \\
     "busiest=$(ps -eo comm=,pcpu= --sort=-pcpu | head -4 | tr -s ' ' | paste -sd,)" \\
     "etcd: $etcd"
-  # A static pod that does not answer: how often it restarted and the last thing it logged.
+  # A static pod that does not answer: how often it ran and the last thing it logged. The kubelet names
+  # each run's log after its restart count (<n>.log) and keeps only the latest two.
   for pod in etcd kube-apiserver; do
     for dir in "$pod_logs"/kube-system_"$pod"-*/"$pod"; do
-      [ -d "$dir" ] || continue
-      runs=$(ls "$dir" | wc -l)
-      last=$(tail -q -n 1 $(ls -t "$dir"/*.log | head -1) 2>/dev/null | cut -c1-300)
-      echo "capfleet-guest-stats $pod: runs=$runs last: $last"
+      latest=$(ls "$dir" 2>/dev/null | sed -n 's/^\\([0-9][0-9]*\\)\\.log$/\\1/p' | sort -n | tail -1)
+      [ -n "$latest" ] || continue
+      last=$(tail -n 1 "$dir/$latest.log" | cut -c1-300)
+      echo "capfleet-guest-stats $pod: runs=$((latest + 1)) last: $last"
     done
   done
 done

@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from capfleet_e2e import labimage
 from capfleet_e2e.nodeimage import disk, iptables, rootfiles, rootfs
+from capfleet_e2e.nodeimage.build import NodeImage
 from capfleet_e2e.nodeimage.disk import Partition
 from capfleet_e2e.nodeimage.versions import NodeImageVersions
 
@@ -300,3 +302,34 @@ def test_disk_from_a_tiny_tree_has_both_partitions(tmp_path: Path) -> None:
         ["/sbin/debugfs", "-R", "cat /etc/fstab", str(part)], capture_output=True, check=True
     )
     assert fstab.stdout == b"LABEL=rootfs / ext4 defaults 0 1\n"
+
+
+def test_lab_variant_changes_only_the_kernel_command_line_and_is_made_once(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    fake_tree(tree)
+    image = NodeImage(tmp_path / "image")
+    image.directory.mkdir()
+    [boot, _] = disk.build_disk(tree, image.raw, image.qcow2, tmp_path / "work")
+    original = image.raw.read_bytes()
+
+    variant = labimage.lab_qcow2(image, "tsc=reliable")
+    made = variant.stat().st_mtime_ns
+    assert labimage.lab_qcow2(image, "tsc=reliable") == variant
+    assert variant.stat().st_mtime_ns == made
+    assert labimage.lab_qcow2(image, "nokaslr") != variant
+    assert image.raw.read_bytes() == original
+    assert sorted(p.name for p in image.directory.iterdir() if not p.name.endswith(".lock")) == sorted(
+        ["disk.raw", "disk.qcow2", variant.name, labimage.lab_qcow2(image, "nokaslr").name]
+    )
+
+    flat = tmp_path / "variant.raw"
+    subprocess.run(["qemu-img", "convert", "-f", "qcow2", "-O", "raw", str(variant), str(flat)], check=True)
+    env = {**os.environ, "MTOOLS_SKIP_CHECK": "1"}
+    config = subprocess.run(["mtype", "-i", f"{flat}@@{boot.start * 512}", "::syslinux.cfg"], env=env,
+                            capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert config == disk.syslinux_cfg(f"{rootfiles.KERNEL_CMDLINE} tsc=reliable")
+    copy = flat.read_bytes()
+    assert len(copy) == len(original)
+    changed = [i for i in range(0, len(copy), 512) if copy[i : i + 512] != original[i : i + 512]]
+    assert changed
+    assert all(boot.start <= i // 512 < boot.start + boot.sectors for i in changed)

@@ -41,6 +41,7 @@ from capfleet_e2e.console import CHROMIUM, DemoConsole, demo_console
 from capfleet_e2e.controlplane import ControlPlane
 from capfleet_e2e.deployramdisk.build import DeployRamdisk, ensure_deploy_ramdisk
 from capfleet_e2e.kubebin import artifacts_dir
+from capfleet_e2e.labimage import lab_qcow2
 from capfleet_e2e.metalsite import NODE_SERVER, open_metal
 from capfleet_e2e.netbox.fixtures import NetboxInstance, RealNetboxes, instance_behind
 from capfleet_e2e.netbox.proxy import NetboxProxy
@@ -214,7 +215,8 @@ def main() -> None:
     if os.environ.get("CAPFLEET_TEST_KUBECONFIG"):
         say("(CAPFLEET_TEST_KUBECONFIG is ignored: the demo runs CAPI's managers on its own control plane.)")
     image = ensure_node_image(progress=say)
-    say(f"Node image: {image.qcow2}")
+    lab_image = lab_qcow2(image)
+    say(f"Node image: {image.qcow2} (the lab's VMs boot {lab_image.name}: TCG guests' kernel arguments)")
     with contextlib.ExitStack() as stack:
         cluster = stack.enter_context(ControlPlane())
         say(f"Control plane: {cluster.server}")
@@ -222,7 +224,7 @@ def main() -> None:
         say("Cluster API v1.11 managers: core, kubeadm bootstrap, kubeadm control plane")
         pxe_lab = stack.enter_context(PxeLab("demo"))
         network = pxe_lab.network
-        lab = NodeLab(network, image.qcow2).start()
+        lab = NodeLab(network, lab_image).start()
         stack.callback(lab.stop)
         say(f"Lab network {network.network} in namespace {network.name}, hypervisors: "
             + ", ".join(hv.name for hv in lab.hypervisors))  # fmt: skip

@@ -7,7 +7,8 @@ while its etcd member, a learner, never caught up with the leader. Production no
 default; only the lab's TCG guests turn huge pages off.
 
 The report (one `capfleet-guest-stats` line a minute; the suites keep the consoles as artifacts) says what
-a slow `kubeadm` competed with: load, free memory, the busiest processes, and, on control planes, the
+a slow `kubeadm` competed with: load, free memory, the clock source (see labimage.py), the busiest
+processes, and, on control planes, the
 local etcd member's own view from its metrics endpoint (leader or learner, proposals committed and
 applied, bytes from its peers), which tells a learner that receives nothing from one that applies slowly;
 and for the etcd and kube-apiserver static pods, how many times each ran and the last line it logged (a
@@ -45,6 +46,7 @@ while sleep "$interval"; do
   fi 2>/dev/null
   echo "capfleet-guest-stats up=$(cut -d' ' -f1 /proc/uptime) load=$(cut -d' ' -f1-3 /proc/loadavg)" \\
     "memavail_mib=$(awk '/^MemAvailable:/ {{print int($2/1024)}}' /proc/meminfo)" \\
+    "clock=$(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null)" \\
     "busiest=$(ps -eo comm=,pcpu= --sort=-pcpu | head -4 | tr -s ' ' | paste -sd,)" \\
     "etcd: $etcd"
   # A static pod that does not answer: how often it ran and the last thing it logged. The kubelet names

@@ -17,6 +17,7 @@ from capfleet.kube import Kube
 from capfleet_e2e.baremetal.lab import PxeLab
 from capfleet_e2e.capi import CapiManagers
 from capfleet_e2e.controlplane import ControlPlane
+from capfleet_e2e.labimage import lab_qcow2
 from capfleet_e2e.nodeimage.build import NodeImage, ensure_node_image
 from capfleet_e2e.nodesite import NodeLab, NodeSite, open_node_site
 from capfleet_e2e.serviceaccounts import RunOperatorAs
@@ -31,7 +32,7 @@ def node_image() -> NodeImage:
 @pytest.fixture(scope="session")
 def node_lab(pxe_lab: PxeLab, node_image: NodeImage) -> Iterator[NodeLab]:
     """Two hypervisors (failure domains fd-1, fd-2) whose VMs live on the PXE lab's bridge."""
-    lab = NodeLab(pxe_lab.network, node_image.qcow2).start()
+    lab = NodeLab(pxe_lab.network, lab_qcow2(node_image)).start()
     try:
         yield lab
     finally:

@@ -90,7 +90,7 @@ class NodeLab:
 
     @property
     def volume(self) -> str:
-        return f"capfleet-node-{self.image.parent.name}.qcow2"
+        return f"capfleet-node-{self.image.parent.name}-{self.image.stem}.qcow2"
 
     def start(self) -> Self:
         try:

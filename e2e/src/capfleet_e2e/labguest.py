@@ -8,9 +8,9 @@ default; only the lab's TCG guests turn huge pages off.
 
 The report (one `capfleet-guest-stats` line a minute; the suites keep the consoles as artifacts) says what
 a slow `kubeadm` competed with: load, free memory, the clock source (see labimage.py), the busiest
-processes, and, on control planes, the
-local etcd member's own view from its metrics endpoint (leader or learner, proposals committed and
-applied, bytes from its peers), which tells a learner that receives nothing from one that applies slowly;
+processes, and, on control planes, the local etcd member's own view from its metrics endpoint (leader or
+learner, proposals committed and applied, bytes from its peers), which tells a learner that receives
+nothing from one that applies slowly;
 and for the etcd and kube-apiserver static pods, how many times each ran and the last line it logged (a
 joining node's own API server is not reachable from outside until it works, and its journal is not on the
 console).

@@ -143,8 +143,9 @@ def test_guest_stats_report_the_local_etcd_members_progress_and_none_without_one
     assert with_etcd.startswith("capfleet-guest-stats up="), with_etcd
     assert "busiest=" in with_etcd
     assert "memavail_mib=" in with_etcd
+    # The script reads the clock source as this host names it (nothing where sysfs does not say).
     clock = Path("/sys/devices/system/clocksource/clocksource0/current_clocksource")
-    assert f"clock={clock.read_text().strip()} " in with_etcd
+    assert f"clock={clock.read_text().strip() if clock.exists() else ''} " in with_etcd
     etcd = with_etcd.split("etcd: ", 1)[1].split()
     assert etcd == [
         "server_is_learner=1",

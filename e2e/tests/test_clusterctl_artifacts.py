@@ -38,6 +38,7 @@ from capfleet_e2e.clusterctl_components import (
 from capfleet_e2e.controlplane import Cluster
 from capfleet_e2e.kubebin import Kubectl, ensure_kube_binaries, repo_root
 from capfleet_e2e.kustomize import documents
+from capfleet_e2e.nodesite import LIGHT_CONTROL_PLANES
 
 CLUSTERCTL_DIR = Path("deploy") / "clusterctl"
 FIELD_MANAGER = "capfleet-clusterctl-tests"
@@ -186,6 +187,58 @@ def test_every_kubeadm_command_of_the_vm_templates_scripts_parses_with_the_real_
         assert result.returncode == 0, f"{' '.join(command)}: {result.stderr.strip()}"
 
 
+def vm_template_objects(values: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """The vm template's objects as clusterctl renders them with the user's `values`."""
+    flags = {name: "1" if name.endswith("_COUNT") else name.lower() for name in FROM_FLAGS}
+    rendered = site.render(template_text("vm"), {**flags, **TEMPLATE_VALUES, **values})
+    return {o["kind"]: o for o in yaml.safe_load_all(rendered)}
+
+
+def test_the_ha_suites_lighter_control_planes_render_to_what_the_real_kubelet_and_kubeadm_take() -> None:
+    """The HA suite's lighter guests (nodesite.LIGHT_CONTROL_PLANES) are template variables: each
+    kubelet's extra arguments parse with the real kubelet, and init skips phases the real kubeadm has."""
+    binaries = ensure_kube_binaries(binaries=("kubeadm", "kubelet"))
+    objects = vm_template_objects(LIGHT_CONTROL_PLANES)
+    kcp = objects["KubeadmControlPlane"]["spec"]["kubeadmConfigSpec"]
+    workers = objects["KubeadmConfigTemplate"]["spec"]["template"]["spec"]
+    registrations = [
+        kcp["initConfiguration"]["nodeRegistration"],
+        kcp["joinConfiguration"]["nodeRegistration"],
+        workers["joinConfiguration"]["nodeRegistration"],
+    ]
+    for registration in registrations:
+        args = {a["name"]: a["value"] for a in registration["kubeletExtraArgs"]}
+        assert args["housekeeping-interval"] == "60s"
+        flags = [f"--{name}={value}" for name, value in args.items()]
+        result = subprocess.run(
+            [str(binaries / "kubelet"), *flags, "--help"], capture_output=True, text=True, check=False
+        )
+        assert result.returncode == 0, result.stderr
+    skipped = kcp["initConfiguration"]["skipPhases"]
+    assert skipped == ["addon/kube-proxy", "addon/coredns"]
+    assert set(skipped) <= init_phases(binaries / "kubeadm")
+    defaults = vm_template_objects({})["KubeadmControlPlane"]["spec"]["kubeadmConfigSpec"]
+    assert defaults["initConfiguration"]["skipPhases"] == []
+
+
+def init_phases(kubeadm: Path) -> set[str]:
+    """`kubeadm init`'s phases as --skip-phases names them ("addon/coredns"), from its help."""
+    text = subprocess.run([str(kubeadm), "init", "--help"], capture_output=True, text=True, check=True).stdout
+    table = text.split("following phases:", 1)[1].split("```")[1]
+    phases: set[str] = set()
+    parent = ""
+    for line in table.splitlines():
+        if not line.strip():
+            continue
+        name = line.split()[0]
+        if name.startswith("/"):
+            phases.add(parent + name)
+        else:
+            parent = name
+            phases.add(name)
+    return phases
+
+
 PROBE_PATCHES = "/usr/local/sbin/capfleet-probe-patches"
 STATIC_POD_PHASES = {
     "kube-apiserver": ["control-plane", "apiserver"],
@@ -212,6 +265,7 @@ def test_the_probe_patches_reach_every_static_pod_through_the_real_kubeadm(tmp_p
         "CAPFLEET_STARTUP_FAILURE_THRESHOLD": "121",
         "CAPFLEET_PROBE_TIMEOUT_SECONDS": "59",
         "CAPFLEET_API_SERVER_READINESS_PERIOD_SECONDS": "11",
+        "CAPFLEET_PROBE_PERIOD_SECONDS": "29",
     }
     subprocess.run(["sh", "-c", site.render(script, values).replace(directory, str(patches))], check=True)
     config = tmp_path / "kubeadm.yaml"
@@ -232,6 +286,7 @@ def test_the_probe_patches_reach_every_static_pod_through_the_real_kubeadm(tmp_p
         [container] = yaml.safe_load((manifests / f"{component}.yaml").read_text())["spec"]["containers"]
         probes = {k: (container[k]["failureThreshold"], container[k]["timeoutSeconds"]) for k in PROBES}
         assert probes == {"livenessProbe": (61, 59), "startupProbe": (121, 59)}, component
+        assert container["livenessProbe"]["periodSeconds"] == 29, component
         if component == "kube-apiserver":
             readiness = container["readinessProbe"]
             assert (

@@ -31,7 +31,7 @@ import yaml
 from capfleet import resources
 from capfleet.api import kinds
 from capfleet.resources import KCPS
-from capfleet_e2e.nodesite import HA_VIP_LEASE, NodeSite
+from capfleet_e2e.nodesite import HA_VIP_LEASE, LIGHT_CONTROL_PLANES, NodeSite
 from capfleet_e2e.waiting import eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.full, pytest.mark.timeout(7200)]
@@ -187,7 +187,11 @@ async def three_control_plane_nodes(site: NodeSite, prober: Prober) -> list[dict
     """Apply a cluster of one control-plane node, then scale KCP to three across both failure domains;
     returns the Machines."""
     manifest = site.manifest(
-        CONTROL_PLANE_MACHINE_COUNT="1", WORKER_MACHINE_COUNT="0", **SLOW_ETCD, **HA_VIP_LEASE
+        CONTROL_PLANE_MACHINE_COUNT="1",
+        WORKER_MACHINE_COUNT="0",
+        **SLOW_ETCD,
+        **HA_VIP_LEASE,
+        **LIGHT_CONTROL_PLANES,
     )
     site.apply(site.with_failure_domains(manifest))
     await eventually("the first control-plane Node", lambda: site.ready_nodes(1), 1200, 10)

@@ -64,6 +64,16 @@ HA_VIP_LEASE = {
     "CAPFLEET_VIP_RENEW_DEADLINE_SECONDS": "20",
     "CAPFLEET_VIP_RETRY_PERIOD_SECONDS": "4",
 }
+# Three control-plane guests under TCG on two cores: every guest's idle work counts against the joining
+# one. Profiles of an idle control plane put a third of its kubelet's CPU in cAdvisor's housekeeping and
+# the TLS handshakes of its probes; kube-proxy rewrites iptables on every endpoint change of a join, and
+# neither it nor CoreDNS serves anything the HA suite checks (its Nodes need no Service to be Ready).
+LIGHT_CONTROL_PLANES = {
+    "CAPFLEET_KUBELET_HOUSEKEEPING_INTERVAL": "60s",
+    "CAPFLEET_PROBE_PERIOD_SECONDS": "30",
+    "CAPFLEET_API_SERVER_READINESS_PERIOD_SECONDS": "30",
+    "CAPFLEET_KUBEADM_SKIP_PHASES": "[addon/kube-proxy, addon/coredns]",
+}
 
 
 def place_base_volume(hv: Hypervisor, image: Path, volume: str) -> None:

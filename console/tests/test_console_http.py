@@ -9,49 +9,26 @@ import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import aiohttp
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
+from console_helpers import console_client, create_vm, sees_and_creates_nothing, sign_in  # type: ignore[import-not-found]
 
 from capfleet import resources
 from capfleet.api import kinds
 from capfleet.kube import Kube
 from capfleet.securemetrics import token_review
 from capfleet_console import vmform
-from capfleet_console.acting import KubeconfigCredentials
-from capfleet_console.app import VMS_PER_PAGE, build
-from capfleet_console.settings import ConsoleSettings
+from capfleet_console.app import VMS_PER_PAGE
 from capfleet_e2e.console import console_user
 from capfleet_e2e.controlplane import Cluster
-from capfleet_e2e.serviceaccounts import apply_operator_rbac, service_account_kubeconfig
 
 pytestmark = pytest.mark.integration
-KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGJ3wzYd0GnDnEc6Y6VxVtM1iYgV4bB3f0tTxVN1Z7u9 alice@laptop"
 
 
 @pytest.fixture
 async def console(control_plane: Cluster, namespace: str, tmp_path: Path) -> AsyncIterator[TestClient]:  # type: ignore[type-arg]
-    apply_operator_rbac(control_plane.kubectl, "console")
-    kubeconfig = service_account_kubeconfig(control_plane, "console", tmp_path / "console.kubeconfig")
-    settings = ConsoleSettings(images="base", interface="user", namespace=namespace, secure_cookies=False)
-    credentials = await KubeconfigCredentials.load(str(kubeconfig), in_cluster=False)
-    async with Kube.connect("capfleet-console", str(kubeconfig)) as reviewer:
-        client = TestClient(TestServer(build(settings, reviewer, credentials)))
-        await client.start_server()
-        try:
-            yield client
-        finally:
-            await client.close()
-
-
-async def sign_in(client: TestClient, token: str) -> aiohttp.ClientResponse:  # type: ignore[type-arg]
-    return await client.post("/signin", data={"token": token}, allow_redirects=False)
-
-
-def form_token(html: str) -> str:
-    found = re.search(r'name="form_token" value="([^"]+)"', html)
-    assert found is not None
-    return found.group(1)
+    async with console_client(control_plane, namespace, tmp_path) as client:
+        yield client
 
 
 async def test_sign_in_sessions_and_what_a_page_sends(
@@ -91,18 +68,7 @@ async def test_a_vm_made_for_one_user_and_nothing_for_a_user_without_rbac(
     namespace: str,
 ) -> None:
     await sign_in(console, console_user(control_plane, namespace, "alice", bound=True))
-    html = await (await console.get("/vms")).text()
-    form = {
-        "form_token": form_token(html),
-        "name": "web-1",
-        "vcpus": "1",
-        "memory_gib": "1",
-        "disk_gib": "2",
-        "image": "base",
-        "ssh_key": KEY,
-    }
-    made = await console.post(f"/vms?namespace={namespace}", data=form, allow_redirects=False)
-    assert made.status == 303, await made.text()
+    form = await create_vm(console, namespace, "web-1")
     vm = await kube.get(kinds.LIBVIRT_VM.resource, "web-1", namespace)
     assert vm is not None
     assert (
@@ -122,15 +88,7 @@ async def test_a_vm_made_for_one_user_and_nothing_for_a_user_without_rbac(
 
     await console.post("/signout", data={"form_token": form["form_token"]}, allow_redirects=False)
     await sign_in(console, console_user(control_plane, namespace, "bob", bound=False))
-    html = await (await console.get(f"/vms?namespace={namespace}&scope=all")).text()
-    assert "Forbidden" in html
-    assert 'data-name="web-1"' not in html
-    sneaky = await console.post(
-        f"/vms?namespace={namespace}", data={**form, "name": "sneaky", "form_token": form_token(html)}
-    )
-    assert "Forbidden" in await sneaky.text()
-    assert await kube.get(kinds.LIBVIRT_VM.resource, "sneaky", namespace) is None
-    assert await kube.get(resources.SECRETS, "sneaky-user-data", namespace) is None
+    await sees_and_creates_nothing(console, kube, namespace, form)
 
 
 async def test_the_vm_list_pages_and_my_vms_are_selected_by_the_api_server(

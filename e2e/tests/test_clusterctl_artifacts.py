@@ -141,16 +141,22 @@ def test_cluster_template_uses_v1beta2_and_capfleet_kinds(flavor: str) -> None:
 @pytest.mark.parametrize("flavor", FLAVORS)
 def test_kubelets_get_their_provider_id_from_the_nocloud_meta_data(flavor: str) -> None:
     objects = {o["kind"]: o for o in documents(template_text(flavor))}
+    for registration in node_registrations(objects):
+        assert {"name": "provider-id", "value": PROVIDER_ID} in registration["kubeletExtraArgs"]
     kcp = objects["KubeadmControlPlane"]["spec"]["kubeadmConfigSpec"]
     workers = objects["KubeadmConfigTemplate"]["spec"]["template"]["spec"]
-    registrations = [
+    assert kcp["format"] == workers["format"] == "cloud-config"
+
+
+def node_registrations(objects: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The nodeRegistration of the control plane's init and join and of the workers' join."""
+    kcp = objects["KubeadmControlPlane"]["spec"]["kubeadmConfigSpec"]
+    workers = objects["KubeadmConfigTemplate"]["spec"]["template"]["spec"]
+    return [
         kcp["initConfiguration"]["nodeRegistration"],
         kcp["joinConfiguration"]["nodeRegistration"],
         workers["joinConfiguration"]["nodeRegistration"],
     ]
-    for registration in registrations:
-        assert {"name": "provider-id", "value": PROVIDER_ID} in registration["kubeletExtraArgs"]
-    assert kcp["format"] == workers["format"] == "cloud-config"
 
 
 SHELL_OPERATORS = ("&&", "||", ";", "|")
@@ -200,13 +206,7 @@ def test_the_ha_suites_lighter_control_planes_render_to_what_the_real_kubelet_an
     binaries = ensure_kube_binaries(binaries=("kubeadm", "kubelet"))
     objects = vm_template_objects(LIGHT_CONTROL_PLANES)
     kcp = objects["KubeadmControlPlane"]["spec"]["kubeadmConfigSpec"]
-    workers = objects["KubeadmConfigTemplate"]["spec"]["template"]["spec"]
-    registrations = [
-        kcp["initConfiguration"]["nodeRegistration"],
-        kcp["joinConfiguration"]["nodeRegistration"],
-        workers["joinConfiguration"]["nodeRegistration"],
-    ]
-    for registration in registrations:
+    for registration in node_registrations(objects):
         args = {a["name"]: a["value"] for a in registration["kubeletExtraArgs"]}
         assert args["housekeeping-interval"] == "60s"
         flags = [f"--{name}={value}" for name, value in args.items()]

@@ -163,8 +163,14 @@ def apiserver_argv(
 class ControlPlane:
     """etcd + kube-apiserver + kube-controller-manager on loopback; use as a context manager."""
 
-    def __init__(self, version: str = KUBE_VERSION, start_timeout: float = START_TIMEOUT):
+    def __init__(
+        self,
+        version: str = KUBE_VERSION,
+        start_timeout: float = START_TIMEOUT,
+        apiserver_args: Sequence[str] = (),
+    ):
         self.version = version
+        self.apiserver_args = tuple(apiserver_args)
         self.start_timeout = start_timeout
         self.components: list[Component] = []
         self.startup_seconds = 0.0
@@ -268,6 +274,7 @@ class ControlPlane:
                 "--audit-log-format=json",
                 "--audit-log-mode=blocking",
                 "--audit-log-maxsize=100000",
+                *self.apiserver_args,
             ),
         )
         apiserver = self._start("kube-apiserver", argv)

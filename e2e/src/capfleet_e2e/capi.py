@@ -166,7 +166,7 @@ class Manager:
         return f"http://{HOST}:{self.diagnostics_port}/metrics"
 
 
-def _http_ok(url: str) -> bool | None:
+def http_ok(url: str) -> bool | None:
     """True if GET `url` (plain http on loopback) answers 200 "ok", else None: a probe for `wait_for`."""
     try:
         with urllib.request.urlopen(url, timeout=5) as response:
@@ -266,7 +266,7 @@ class CapiManagers:
                 self.managers[provider.name] = self._start_manager(bin_dir / provider.binary, provider)
             watch = [m.component for m in self.managers.values()]
             for manager in self.managers.values():
-                ready = partial(_http_ok, manager.readyz_url)
+                ready = partial(http_ok, manager.readyz_url)
                 wait_for(f"{manager.provider.binary} /readyz", ready, self.start_timeout, watch)
             self._install_webhooks(module_dir)
             wait_for(

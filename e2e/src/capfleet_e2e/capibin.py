@@ -16,13 +16,17 @@ from capfleet_e2e.kubebin import cache_root, ensure_built, repo_root
 __all__ = [
     "CAPI_BINARIES",
     "CAPI_VERSION",
+    "capd_config_dir",
     "capi_bin_dir",
     "clusterctl_binary",
+    "ensure_capd",
     "ensure_capi_binaries",
 ]
 
 CAPI_BINARIES = ("capi-manager", "kubeadm-bootstrap-manager", "kubeadm-control-plane-manager", "clusterctl")
 _BUILD_SCRIPT = Path("hack") / "build-capi.sh"
+CAPD_BINARY = "capd-manager"
+_CAPD_BUILD_SCRIPT = Path("hack") / "build-capd.sh"
 
 
 def capi_bin_dir(version: str = CAPI_VERSION) -> Path:
@@ -48,3 +52,20 @@ def clusterctl_binary(version: str = CAPI_VERSION) -> Path:
     XDG_CONFIG_HOME pointing to a temporary directory.
     """
     return ensure_capi_binaries(version) / "clusterctl"
+
+
+def capd_config_dir(version: str = CAPI_VERSION) -> Path:
+    """CAPD's `config/` (its CRD kustomize folder), kept beside the binaries by hack/build-capd.sh."""
+    return capi_bin_dir(version).parent / "capd" / "config"
+
+
+def ensure_capd(version: str = CAPI_VERSION) -> Path:
+    """The directory holding capd-manager (CAPI's test infrastructure provider, for its in-memory backend),
+    building it first if missing; the script keeps its CRDs beside it (`capd_config_dir`) before building."""
+    return ensure_built(
+        f"CAPD {version}",
+        capi_bin_dir(version),
+        (CAPD_BINARY,),
+        repo_root() / _CAPD_BUILD_SCRIPT,
+        {"CAPI_VERSION": version},
+    )

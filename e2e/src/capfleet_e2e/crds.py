@@ -77,11 +77,12 @@ def kustomization_labels(kustomization: dict[str, Any]) -> dict[str, str]:
     return labels
 
 
-def capi_crds(module_dir: Path | None = None) -> list[Crd]:
-    """Cluster API's CRDs as `kustomize build config/default` would label them, without conversion webhook."""
+def capi_crds(module_dir: Path | None = None, folders: Iterable[str] = CAPI_CRD_FOLDERS) -> list[Crd]:
+    """Cluster API's CRDs as `kustomize build config/default` would label them, without conversion webhook:
+    those of the kustomize `folders` of `module_dir` (by default, the main module's three providers)."""
     module = module_dir or capi_module_dir()
     crds: list[Crd] = []
-    for folder in CAPI_CRD_FOLDERS:
+    for folder in folders:
         kustomization = _load(module / folder / "kustomization.yaml")
         labels = kustomization_labels(kustomization)
         default = module / folder / ".." / "default" / "kustomization.yaml"

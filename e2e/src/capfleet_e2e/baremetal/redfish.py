@@ -1,9 +1,11 @@
-"""A BMC for each test server: sushy-tools' Redfish emulator with its libvirt driver.
+"""A BMC for each test server: sushy-tools' Redfish emulator with its libvirt driver, or for the scale lab
+its fake driver (made-up Systems with no machine behind them, which tell `notify_url` of every change).
 
 It listens on 127.0.0.1 only, over HTTPS with a certificate from a CA generated for this run (clients
 verify it with `ca_cert`), and requires basic auth against an htpasswd file holding a bcrypt hash of a
 random password (sushy-tools accepts nothing else; its session login does not work). Each
-libvirt domain of the instance at `libvirt_uri` is a Redfish System addressed by its libvirt UUID.
+libvirt domain of the instance at `libvirt_uri` is a Redfish System addressed by its libvirt UUID; each
+fake System by its UUID or name.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import sys
 import tempfile
 import urllib.request
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 import bcrypt
 
@@ -30,8 +32,18 @@ USERNAME = "capfleet-bmc"
 class RedfishEmulator:
     """One `sushy-emulator` process; `start()`/`stop()` or `with`."""
 
-    def __init__(self, libvirt_uri: str, log_dir: Path | None = None, username: str = USERNAME):
+    def __init__(
+        self,
+        libvirt_uri: str = "",
+        log_dir: Path | None = None,
+        username: str = USERNAME,
+        *,
+        fake_systems: list[dict[str, Any]] | None = None,
+        notify_url: str = "",
+    ):
         self.libvirt_uri = libvirt_uri
+        self.fake_systems = fake_systems
+        self.notify_url = notify_url
         self.log_dir = log_dir or artifacts_dir() / "baremetal"
         self.username = username
         self.password = secrets.token_urlsafe(15)  # 20 characters: IPMI's limit, so a virtualbmc can share it
@@ -69,9 +81,18 @@ class RedfishEmulator:
             "SUSHY_EMULATOR_SSL_CERT": str(pki.serving_cert),
             "SUSHY_EMULATOR_SSL_KEY": str(pki.serving_key),
             "SUSHY_EMULATOR_AUTH_FILE": str(htpasswd),
-            "SUSHY_EMULATOR_LIBVIRT_URI": self.libvirt_uri,
             "SUSHY_EMULATOR_IGNORE_BOOT_DEVICE": False,
         }
+        if self.fake_systems is None:
+            settings["SUSHY_EMULATOR_LIBVIRT_URI"] = self.libvirt_uri
+        else:
+            settings |= {
+                "SUSHY_EMULATOR_FAKE_DRIVER": True,
+                # The fake driver keeps its Systems in a SQLite file there: this run's, not /tmp's.
+                "SUSHY_EMULATOR_STATE_DIR": str(self.root / "state"),
+                "SUSHY_EMULATOR_FAKE_SYSTEMS": self.fake_systems,
+                "EXTERNAL_NOTIFICATION_URL": self.notify_url,
+            }
         text = "".join(f"{key} = {value!r}\n" for key, value in settings.items())
         return write_private(self.root / "emulator.conf", text.encode())
 

@@ -34,9 +34,7 @@ INFRASTRUCTURE = "infrastructure.cluster.x-k8s.io"
 KUBERNETES_VERSION = "v1.33.0"
 # Each simulated piece of an in-memory machine (VM, Node, etcd member, API server) is up at once.
 NO_STARTUP = {"provisioning": {"startupDuration": "0s"}}
-IN_MEMORY_MACHINE = {
-    "backend": {"inMemory": dict.fromkeys(("vm", "node", "etcd", "apiServer"), NO_STARTUP)}
-}
+IN_MEMORY_MACHINE = {"backend": {"inMemory": dict.fromkeys(("vm", "node", "etcd", "apiServer"), NO_STARTUP)}}
 
 
 class Capd:

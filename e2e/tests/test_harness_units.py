@@ -182,7 +182,11 @@ def test_lab_qemus_other_than_control_planes_are_reniced_thread_by_thread(tmp_pa
         "import threading, time; threading.Thread(target=time.sleep, args=(30,)).start(); time.sleep(30)"
     )
     worker, control_plane = (
-        subprocess.Popen([str(qemu), "-c", threads, "-name", f"guest=ns_c-{role}-x1,debug-threads=on"])
+        # Each in a session of its own, as libvirt starts QEMUs.
+        subprocess.Popen(
+            [str(qemu), "-c", threads, "-name", f"guest=ns_c-{role}-x1,debug-threads=on"],
+            start_new_session=True,
+        )
         for role in ("md-0-abc", "control-plane")
     )
     try:
@@ -194,6 +198,10 @@ def test_lab_qemus_other_than_control_planes_are_reniced_thread_by_thread(tmp_pa
         assert [os.getpriority(os.PRIO_PROCESS, t) for t in tasks] == [WORKER_NICENESS] * 2
         assert set(tasks) <= done
         assert os.getpriority(os.PRIO_PROCESS, control_plane.pid) == 0
+        groups = {p.pid: Path(f"/proc/{p.pid}/autogroup") for p in (worker, control_plane)}
+        if groups[worker.pid].exists():  # kernels built with autogroup scheduling
+            assert groups[worker.pid].read_text().split()[-2:] == ["nice", str(WORKER_NICENESS)]
+            assert groups[control_plane.pid].read_text().split()[-2:] == ["nice", "0"]
     finally:
         for process in (worker, control_plane):
             process.kill()

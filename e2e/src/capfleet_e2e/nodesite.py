@@ -318,12 +318,20 @@ class NodeSite:
 # The lab's hypervisors and bare-metal servers all run on this machine's two cores; in a data centre each
 # would have its own. Control-plane VMs keep their share: every other lab QEMU (worker VMs, bare-metal
 # servers) runs at this niceness, so a node booting or writing its image beside the control plane cannot
-# starve the API server, etcd and kube-vip that its own join depends on.
+# starve the API server, etcd and kube-vip that its own join depends on. libvirt starts each QEMU in a session
+# of its own, and with the kernel's autogroup scheduling (the default of most distributions) each session
+# is a group that gets an equal share whatever its threads' niceness: the group's own niceness is set too.
 WORKER_NICENESS = 10
 
 
+def session_of(process: Path) -> int:
+    """The session ID of /proc/<pid> (the sixth field of its stat, after the command name)."""
+    return int((process / "stat").read_text().rsplit(")", 1)[1].split()[3])
+
+
 def lower_worker_priority(done: set[int]) -> None:
-    """Renice every thread of every lab QEMU that is not a control-plane VM (those in `done` excepted)."""
+    """Renice every thread of every lab QEMU that is not a control-plane VM (those in `done` excepted),
+    and the autogroup of each that leads a session of its own."""
     for process in Path("/proc").iterdir():
         if not process.name.isdigit():
             continue
@@ -337,6 +345,10 @@ def lower_worker_priority(done: set[int]) -> None:
         guest = next((a for a in argv if a.startswith(b"guest=")), b"")
         if b"-control-plane-" in guest:
             continue
+        if int(process.name) not in done:
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                if session_of(process) == int(process.name):  # never another session's group
+                    (process / "autogroup").write_text(str(WORKER_NICENESS))
         for task in tasks:
             if task not in done:
                 with contextlib.suppress(OSError):

@@ -6,7 +6,7 @@ UV := uv run --frozen
 PYTEST_ARGS ?= --durations=25
 
 .PHONY: setup demo test lint typecheck crds crds-check clusterctl-components clusterctl-components-check \
-	images unit integration bench-ipam bench-console clean node-image deploy-ramdisk test-full
+	images unit integration bench-ipam bench-fleet bench-console clean node-image deploy-ramdisk test-full
 
 setup:
 	bash hack/setup.sh
@@ -84,6 +84,12 @@ integration: setup
 CLAIMS ?= 1000
 bench-ipam: setup
 	$(UV) python -m capfleet_e2e.bench.ipam --claims $(CLAIMS)
+
+## bench-fleet: N bare-metal workers (default 100) through Cluster API and capfleet's fleet, side by side
+## with CAPI's floor for N Machines (CAPD's in-memory backend) on one control plane (not part of test).
+N ?= 100
+bench-fleet: setup
+	$(UV) python -m capfleet_e2e.bench.fleet --machines $(N)
 
 ## bench-console: the console's VM list page load with 500 VMs in a namespace, and with 50 (not part of test).
 bench-console: setup

@@ -99,6 +99,7 @@ class Played:
 
     results: list[str] = field(default_factory=list)
     failure: str | None = None
+    steps: list[str] = field(default_factory=list)
 
 
 class FakeRamdisk:
@@ -152,7 +153,7 @@ class FakeRamdisk:
         try:
             await asyncio.sleep(max(0.0, apply_time - time.time()))  # the server is not on before that
             for nic in system.get("nics") or []:
-                result = await self._netboot(str(nic["mac"]).lower(), str(system["uuid"]))
+                result = await self._netboot(str(nic["mac"]).lower(), str(system["uuid"]), played)
                 if result is not None:
                     played.results.append(result)
                     return
@@ -168,12 +169,16 @@ class FakeRamdisk:
                 raise ValueError(f"GET {URL(url).path}: {response.status}")
             return text if response.status < 400 else ""
 
-    async def _netboot(self, mac: str, uuid: str) -> str | None:
+    async def _netboot(self, mac: str, uuid: str, played: Played) -> str | None:
         """One NIC's network boot; the result posted, or None when nothing booted from it."""
         started = time.monotonic()
         chained = chain_url(await self._get(f"{self.boot_url}/boot.ipxe"), mac, uuid)
-        args = kernel_args(await self._get(chained)) if chained else None
+        script = await self._get(chained) if chained else ""
+        args = kernel_args(script)
         if args is None or "capfleet.callback" not in args:
+            played.steps.append(
+                f"{mac}: no kernel to boot ({script.strip().splitlines()[-1:] or 'no script'})"
+            )
             return None
         result = RESULTS.get(args.get("capfleet.mode", "deploy"), "deployed")
         context = ssl_for(args)

@@ -1,0 +1,81 @@
+"""Unit tests of `make bench-fleet`'s pure half: which Machines count as provisioned workers, which audited
+requests are writes, and the side-by-side table (ratios to CAPI's floor, per-machine figures)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from capfleet_e2e.bench.fleet import (
+    OperatorFigures,
+    SideResult,
+    fake_servers,
+    format_results,
+    provisioned_workers,
+    writes_of,
+)
+
+
+def machine(name: str, provisioned: bool, control_plane: bool = False) -> dict[str, Any]:
+    labels = {"cluster.x-k8s.io/control-plane": ""} if control_plane else {}
+    return {
+        "metadata": {"name": name, "labels": labels},
+        "status": {"initialization": {"infrastructureProvisioned": provisioned}},
+    }
+
+
+def event(user: str, verb: str, audit_id: str) -> dict[str, Any]:
+    return {"user": {"username": user}, "verb": verb, "auditID": audit_id, "userAgent": "x"}
+
+
+def test_only_provisioned_workers_count_not_the_control_plane() -> None:
+    found = [
+        machine("cp", True, control_plane=True),
+        machine("w1", True),
+        machine("w2", False),
+        {"metadata": {"name": "w3"}},
+    ]
+    assert provisioned_workers(found) == 1
+
+
+def test_writes_are_the_changing_verbs_each_audit_id_once() -> None:
+    events = [
+        event("system:serviceaccount:capfleet-system:glue", "patch", "a"),
+        event(
+            "system:serviceaccount:capfleet-system:glue", "patch", "a"
+        ),  # ResponseStarted + ResponseComplete
+        event("system:serviceaccount:capfleet-system:glue", "create", "b"),
+        event("system:serviceaccount:capfleet-system:glue", "watch", "c"),
+        event("system:serviceaccount:capfleet-system:glue", "get", "d"),
+        event("someone-else", "delete", "e"),
+    ]
+    assert writes_of(events, "system:serviceaccount:capfleet-system:glue") == 2
+
+
+def test_the_table_shows_times_with_their_ratio_and_per_machine_costs() -> None:
+    floor = SideResult("floor", 100, 40.0, 20.0)
+    fleet = SideResult(
+        "capfleet",
+        100,
+        60.0,
+        30.0,
+        {
+            "capi-machine-glue": OperatorFigures(1200, 500, 12.5, 80.0),
+            "ipam-address": OperatorFigures(300, 300, 3.0, 82.0),
+        },
+        idle_writes_per_minute=0,
+    )
+    table = format_results(floor, fleet).splitlines()
+    assert table[1].split()[-3:] == ["40.0", "60.0", "1.50"]
+    assert table[2].split()[-3:] == ["20.0", "30.0", "1.50"]
+    assert table[5].split() == ["capi-machine-glue", "12.00", "5.00", "12.5", "80.0"]
+    assert table[7].split() == ["all", "operators", "8.00"]
+    assert table[8].endswith(": 0")
+
+
+def test_fake_servers_have_distinct_names_uuids_and_macs() -> None:
+    servers = fake_servers(300, "srv")
+    assert len({s["name"] for s in servers}) == len({s["uuid"] for s in servers}) == 300
+    macs = {s["nics"][0]["mac"] for s in servers}
+    assert len(macs) == 300
+    assert servers[257]["nics"][0]["mac"] == "52:54:00:00:01:01"
+    assert all(s["external_notifier"] for s in servers)

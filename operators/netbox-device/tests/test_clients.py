@@ -67,7 +67,12 @@ async def test_claims_made_at_once_share_one_client_checked_once(monkeypatch: py
 
     monkeypatch.setattr(PynetboxDevices, "check", check)
     made: list[object] = []
-    clients = Clients(factory=lambda connection: made.append(connection) or object())
+
+    def factory(connection: object) -> object:
+        made.append(connection)
+        return object()
+
+    clients = Clients(factory=factory)
     kube = cast(Kube, SecretsKube())
     holders = [
         Holder(NETBOX_DEVICE.resource, {"name": f"m{i}", "namespace": "ns", "annotations": {}})

@@ -121,8 +121,12 @@ async def test_fake_servers_are_provisioned_and_cleaned_by_the_unchanged_operato
                 assert markers.CALLBACK_KEY_FETCHED in annotations
                 assert markers.CALLED_BACK in annotations
             for system in systems:
-                state = await asyncio.to_thread(system_state, bmc, system["name"])
-                assert (state["Boot"]["BootSourceOverrideTarget"], state["PowerState"]) == ("Hdd", "On")
+                # A fake BMC, like a real one, applies a power change some seconds after it is asked.
+                async def on_disk(name: str = system["name"]) -> bool:
+                    state = await asyncio.to_thread(system_state, bmc, name)
+                    return (state["Boot"]["BootSourceOverrideTarget"], state["PowerState"]) == ("Hdd", "On")
+
+                await eventually(f"{system['name']} on, booting from its disk", on_disk, 30, 1)
                 assert fake.played[system["name"]].results == ["deployed"]
                 assert fake.played[system["name"]].failure is None
 

@@ -23,9 +23,9 @@ import hmac
 import logging
 import ssl
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 from aiohttp import web
@@ -93,6 +93,24 @@ def ssl_for(args: Mapping[str, str]) -> ssl.SSLContext | None:
     return ssl.create_default_context(cadata=base64.b64decode(ca))
 
 
+T = TypeVar("T")
+TRIES = 5
+RETRY_SECONDS = 2.0
+
+
+async def retried(request: Callable[[], Awaitable[T]]) -> T:
+    """`request` again after a connection failure, a timeout or a 5xx, up to TRIES times, as the ramdisk's
+    wget loops do: a boot server busy with a hundred servers is slow, not gone."""
+    for attempt in range(1, TRIES + 1):
+        try:
+            return await request()
+        except (aiohttp.ClientConnectionError, aiohttp.ClientResponseError, TimeoutError):
+            if attempt == TRIES:
+                raise
+            await asyncio.sleep(RETRY_SECONDS * attempt)
+    raise AssertionError("unreachable")
+
+
 @dataclass
 class Played:
     """What the fake ramdisk did for one System: its results in order, and the last failure if any."""
@@ -123,7 +141,9 @@ class FakeRamdisk:
         await site.start()
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         self.url = f"http://127.0.0.1:{port}/"
-        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60))
+        # As many connections as servers booting at once (aiohttp's default pool holds 100).
+        connector = aiohttp.TCPConnector(limit=0)
+        self._session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120))
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -162,12 +182,29 @@ class FakeRamdisk:
             log.warning("fake ramdisk of %s: %s", name, played.failure)
 
     async def _get(self, url: str, context: ssl.SSLContext | None = None) -> str:
-        assert self._session is not None
-        async with self._session.get(url, ssl=context if context is not None else True) as response:
-            text = await response.text()
-            if response.status >= 400 and response.status != 404:
-                raise ValueError(f"GET {URL(url).path}: {response.status}")
-            return text if response.status < 400 else ""
+        async def once() -> str:
+            assert self._session is not None
+            async with self._session.get(url, ssl=context if context is not None else True) as response:
+                text = await response.text()
+                if response.status >= 500:
+                    raise aiohttp.ClientResponseError(response.request_info, (), status=response.status)
+                if response.status >= 400 and response.status != 404:
+                    raise ValueError(f"GET {URL(url).path}: {response.status}")
+                return text if response.status < 400 else ""
+
+        return await retried(once)
+
+    async def _post(self, url: str, body: bytes, context: ssl.SSLContext | None) -> None:
+        async def once() -> None:
+            assert self._session is not None
+            tls = context if context is not None else True
+            async with self._session.post(url, data=body, ssl=tls) as response:
+                if response.status >= 500:
+                    raise aiohttp.ClientResponseError(response.request_info, (), status=response.status)
+                if response.status >= 300:
+                    raise ValueError(f"callback answered {response.status}")
+
+        await retried(once)
 
     async def _netboot(self, mac: str, uuid: str, played: Played) -> str | None:
         """One NIC's network boot; the result posted, or None when nothing booted from it."""
@@ -190,10 +227,5 @@ class FakeRamdisk:
         body = report(result, time.monotonic() - started)
         sig = signature(key, result, "", body) if key else None
         url = callback_url(args["capfleet.callback"], mac, uuid, result, sig)
-        assert self._session is not None
-        async with self._session.post(
-            url, data=body, ssl=context if context is not None else True
-        ) as response:
-            if response.status >= 300:
-                raise ValueError(f"callback answered {response.status}")
+        await self._post(url, body, context)
         return result

@@ -377,7 +377,11 @@ async def run_fleet(cp: ControlPlane, kube: Kube, n: int, within: float, workdir
                         before = {
                             op: read_proc(p.component.pid) for op, p in processes.items() if p.component
                         }
-                        provisioned = await scale_and_time(kube, namespace, f"{CLUSTER}-md-0", n, within)
+                        try:
+                            provisioned = await scale_and_time(kube, namespace, f"{CLUSTER}-md-0", n, within)
+                        except TimeoutError as exc:
+                            failed = {name: p.failure for name, p in fake.played.items() if p.failure}
+                            raise TimeoutError(f"{exc}; the fake ramdisk failed for {failed}") from exc
                         events, offset = cp.audit_events(offset)
                         after = {op: read_proc(p.component.pid) for op, p in processes.items() if p.component}
                         figures = {
@@ -424,7 +428,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs = artifacts_dir() / "bench-fleet"
     logs.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(
-        filename=logs / "bench.log", level=logging.INFO, format="%(asctime)s %(name)s %(message)s"
+        filename=logs / "bench.log", level=logging.INFO, format="%(asctime)s %(name)s %(message)s", force=True
     )
     # The operators' kubeconfigs hold their tokens: a private directory, removed afterwards.
     with tempfile.TemporaryDirectory(prefix="capfleet-bench-") as workdir:

@@ -1,4 +1,5 @@
-"""The few NetBox requests pynetbox cannot make: reads that return the ETag, writes with If-Match.
+"""The few NetBox requests pynetbox cannot make: reads that return the ETag, writes with If-Match, and a
+single page of a list (pynetbox follows every page).
 
 NetBox ≥ 4.6 sends an ETag with every object and refuses a PUT/PATCH whose If-Match is stale with 412;
 that is the compare-and-set device claims rely on. pynetbox hides response headers and sends no
@@ -8,6 +9,7 @@ and fail with pynetbox's `RequestError`, which `capfleet.netbox.call` translates
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pynetbox
@@ -50,3 +52,14 @@ def patch_if_match(api: Any, path: str, fields: dict[str, Any], etag: str | None
         raise pynetbox.RequestError(reply)
     body: dict[str, Any] = reply.json()
     return body
+
+
+def get_page(api: Any, path: str, params: Mapping[str, Any], limit: int) -> list[dict[str, Any]]:
+    """The first `limit` objects at list `path` (e.g. "dcim/devices") matching `params`, in NetBox's brief
+    form (id, name, …): one request, whatever the list's length."""
+    query = {**params, "limit": limit, "brief": "true", "ordering": "id"}
+    reply = api.http_session.get(f"{api.base_url}/{path.strip('/')}/", params=query, headers=_headers(api))
+    if not reply.ok:
+        raise pynetbox.RequestError(reply)
+    results: list[dict[str, Any]] = reply.json().get("results") or []
+    return results

@@ -29,7 +29,7 @@ import logging
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,7 @@ from capfleet_e2e.operators import OperatorProcess
 from capfleet_e2e.processes import free_port
 from capfleet_e2e.serviceaccounts import apply_operator_rbac, service_account_kubeconfig, service_account_user
 from capfleet_e2e.site import BMC_FIELD, ensure_custom_fields, render, secret
+from capfleet_e2e.waiting import eventually
 from capfleet_e2e.workload import WorkloadAPIServer
 
 Obj = dict[str, Any]
@@ -64,6 +65,8 @@ WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 TEMPLATE = Path("deploy") / "clusterctl" / "cluster-template-baremetal.yaml"
 CLUSTER = "fleet"
 IDLE_SECONDS = 60.0
+# How often the bench lists the Machines: its own reads load the same API server as both sides.
+POLL_SECONDS = 1.0
 SETTLE_SECONDS = 15.0
 KUBERNETES_VERSION = "v1.33.0"
 
@@ -139,19 +142,6 @@ def format_results(floor: SideResult, fleet: SideResult) -> str:
 # --- driving the cluster -------------------------------------------------------------------------------
 
 
-async def eventually(
-    what: str, probe: Callable[[], Awaitable[Any]], within: float, interval: float = 1.0
-) -> Any:
-    deadline = time.monotonic() + within
-    while True:
-        found = await probe()
-        if found is not None and found is not False:
-            return found
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"timed out after {within:.0f} s waiting for {what}")
-        await asyncio.sleep(interval)
-
-
 async def machines_of(kube: Kube, namespace: str) -> list[Obj]:
     return await kube.list(resources.CAPI_MACHINES, namespace)
 
@@ -164,7 +154,7 @@ async def scale_and_time(kube: Kube, namespace: str, deployment: str, n: int, wi
     async def done() -> bool:
         return provisioned_workers(await machines_of(kube, namespace)) >= n
 
-    await eventually(f"{n} provisioned worker Machines", done, within)
+    await eventually(f"{n} provisioned worker Machines", done, within, POLL_SECONDS)
     return time.monotonic() - started
 
 
@@ -178,7 +168,7 @@ async def delete_and_time(kube: Kube, namespace: str, cluster: str, within: floa
             and await kube.get(resources.CAPI_CLUSTERS, cluster, namespace) is None
         )
 
-    await eventually("every Machine and the Cluster to be gone", gone, within)
+    await eventually("every Machine and the Cluster to be gone", gone, within, POLL_SECONDS)
     return time.monotonic() - started
 
 
@@ -215,7 +205,9 @@ async def run_floor(cp: ControlPlane, kube: Kube, n: int, within: float) -> Side
             found = await machines_of(kube, namespace)
             return len(found) == 1 and (found[0].get("status") or {}).get("phase") == "Running"
 
-        await eventually("the floor's control-plane Machine to be Running", control_plane_running, within)
+        await eventually(
+            "the floor's control-plane Machine to be Running", control_plane_running, within, POLL_SECONDS
+        )
         provisioned = await scale_and_time(kube, namespace, f"{CLUSTER}-workers", n, within)
         deleted = await delete_and_time(kube, namespace, CLUSTER, within)
     return SideResult("floor", n, provisioned, deleted)
@@ -369,9 +361,10 @@ async def run_fleet(cp: ControlPlane, kube: Kube, n: int, within: float, workdir
                                 "the control-plane Machine to be provisioned",
                                 control_plane_provisioned,
                                 within,
+                                POLL_SECONDS,
                             )
-                        except TimeoutError as exc:
-                            raise TimeoutError(f"{exc}; the fake ramdisk played: {fake.played}") from exc
+                        except AssertionError as exc:
+                            raise AssertionError(f"{exc}; the fake ramdisk played: {fake.played}") from exc
                         workload.upload_kubeadm_config()  # what `kubeadm init` would have done on it
                         _, offset = cp.audit_events()
                         before = {
@@ -379,9 +372,9 @@ async def run_fleet(cp: ControlPlane, kube: Kube, n: int, within: float, workdir
                         }
                         try:
                             provisioned = await scale_and_time(kube, namespace, f"{CLUSTER}-md-0", n, within)
-                        except TimeoutError as exc:
+                        except AssertionError as exc:
                             failed = {name: p.failure for name, p in fake.played.items() if p.failure}
-                            raise TimeoutError(f"{exc}; the fake ramdisk failed for {failed}") from exc
+                            raise AssertionError(f"{exc}; the fake ramdisk failed for {failed}") from exc
                         events, offset = cp.audit_events(offset)
                         after = {op: read_proc(p.component.pid) for op, p in processes.items() if p.component}
                         figures = {

@@ -42,6 +42,7 @@ from capfleet import (
 from capfleet.kube import Kube
 from capfleet.resources import Resource
 
+HANDLED_KEY = "last-handled-configuration"
 P = ParamSpec("P")
 R = TypeVar("R")
 SettingsT = TypeVar("SettingsT", bound=reconciling.Settings)
@@ -63,6 +64,11 @@ class Identity:
     @property
     def annotation_prefix(self) -> str:
         return f"{self.name}.capfleet.dev"
+
+    @property
+    def handled_annotation(self) -> str:
+        """Where kopf records the spec it last handled: present once an object was handled at least once."""
+        return f"{self.annotation_prefix}/{HANDLED_KEY}"
 
     @property
     def peering_name(self) -> str:
@@ -220,9 +226,7 @@ def configure(
     """kopf settings that give each operator its own marks and keep idle operators silent."""
     settings.persistence.finalizer = identity.finalizer
     settings.persistence.progress_storage = persistence.ProgressStorage(prefix=identity.annotation_prefix)
-    recorded = kopf.AnnotationsDiffBaseStorage(
-        prefix=identity.annotation_prefix, key="last-handled-configuration"
-    )
+    recorded = kopf.AnnotationsDiffBaseStorage(prefix=identity.annotation_prefix, key=HANDLED_KEY)
     settings.persistence.diffbase_storage = (
         recorded if handled is None else persistence.SelfRecordingDiffBase(recorded, handled)
     )

@@ -17,6 +17,7 @@ MachineDeployment of N workers.
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from functools import partial
 from pathlib import Path
@@ -92,6 +93,7 @@ class Capd:
         if self.component is not None:
             self.component.stop()
             self.component = None
+        shutil.rmtree(self._tmp, ignore_errors=True)
 
 
 def floor_cluster(namespace: str, name: str, workers: int) -> list[dict[str, Any]]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from capfleet_e2e.baremetal.fakeramdisk import fake_systems
 from capfleet_e2e.bench.fleet import (
     OperatorFigures,
     SideResult,
-    fake_servers,
     format_results,
     provisioned_workers,
     writes_of,
@@ -73,7 +73,7 @@ def test_the_table_shows_times_with_their_ratio_and_per_machine_costs() -> None:
 
 
 def test_fake_servers_have_distinct_names_uuids_and_macs() -> None:
-    servers = fake_servers(300, "srv")
+    servers = fake_systems(300, "srv")
     assert len({s["name"] for s in servers}) == len({s["uuid"] for s in servers}) == 300
     macs = {s["nics"][0]["mac"] for s in servers}
     assert len(macs) == 300

@@ -20,7 +20,7 @@ from baremetal_helpers import INSTANCES, OPERATOR_ENV
 from baremetal_provision import markers
 from capfleet import resources
 from capfleet.kube import Kube
-from capfleet_e2e.baremetal.fakeramdisk import FakeRamdisk
+from capfleet_e2e.baremetal.fakeramdisk import FakeRamdisk, boot_env, fake_systems
 from capfleet_e2e.baremetal.redfish import RedfishEmulator
 from capfleet_e2e.fixtures import RunOperator
 from capfleet_e2e.processes import free_port
@@ -28,19 +28,6 @@ from capfleet_e2e.waiting import eventually
 
 pytestmark = pytest.mark.integration
 SERVERS = 3
-
-
-def fake_systems(count: int) -> list[dict[str, Any]]:
-    return [
-        {
-            "uuid": f"00000000-0000-4000-8000-{index:012d}",
-            "name": f"fake-{index}",
-            "power_state": "Off",
-            "external_notifier": True,
-            "nics": [{"mac": f"52:54:00:fa:00:{index:02x}", "ip": "192.0.2.1"}],
-        }
-        for index in range(count)
-    ]
 
 
 def b64(text: str) -> str:
@@ -60,20 +47,10 @@ async def test_fake_servers_are_provisioned_and_cleaned_by_the_unchanged_operato
     kube: Kube, namespace: str, run_operator: RunOperator, tmp_path: Path
 ) -> None:
     port = free_port()
-    boot_url = f"http://127.0.0.1:{port}"
-    ramdisk = tmp_path / "ramdisk"
-    ramdisk.mkdir()
-    for name in ("vmlinuz", "initrd.img"):
-        (ramdisk / name).write_bytes(b"never fetched: the fake ramdisk plays over HTTP only")
-    systems = fake_systems(SERVERS)
-    async with FakeRamdisk(boot_url) as fake:
+    systems = fake_systems(SERVERS, "fake")
+    async with FakeRamdisk(f"http://127.0.0.1:{port}") as fake:
         with RedfishEmulator(fake_systems=systems, notify_url=fake.url) as bmc:
-            env = {
-                **OPERATOR_ENV,
-                "CAPFLEET_BOOT_LISTEN": f"127.0.0.1:{port}",
-                "CAPFLEET_BOOT_URL": boot_url,
-                "CAPFLEET_DEPLOY_RAMDISK_DIR": str(ramdisk),
-            }
+            env = {**OPERATOR_ENV, **boot_env(port, tmp_path / "ramdisk")}
             run_operator("baremetal_provision", namespaces=[namespace], env=env)
             credentials = {"username": b64(bmc.username), "password": b64(bmc.password)}
             credentials["caBundle"] = b64(bmc.ca_cert.read_text())

@@ -25,6 +25,7 @@ import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import aiohttp
@@ -229,3 +230,36 @@ class FakeRamdisk:
         url = callback_url(args["capfleet.callback"], mac, uuid, result, sig)
         await self._post(url, body, context)
         return result
+
+
+def fake_systems(count: int, prefix: str) -> list[dict[str, Any]]:
+    """`count` Systems for sushy's fake driver, powered off, each telling the notification URL of every
+    change: names `<prefix>-0000`…, distinct UUIDs and MACs (52:54 and the index)."""
+    return [
+        {
+            "uuid": f"00000000-0000-4000-8000-{index:012d}",
+            "name": f"{prefix}-{index:04d}",
+            "power_state": "Off",
+            "external_notifier": True,
+            "nics": [
+                {
+                    "mac": "52:54:" + ":".join(f"{byte:02x}" for byte in index.to_bytes(4, "big")),
+                    "ip": "192.0.2.1",
+                }
+            ],
+        }
+        for index in range(count)
+    ]
+
+
+def boot_env(port: int, directory: Path) -> dict[str, str]:
+    """baremetal-provision's boot server settings to serve the fake ramdisk on 127.0.0.1:`port`, with a
+    stand-in kernel and initrd in `directory` (it serves them; nothing fetches them)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in ("vmlinuz", "initrd.img"):
+        (directory / name).write_bytes(b"never fetched: the fake ramdisk plays over HTTP only")
+    return {
+        "CAPFLEET_BOOT_LISTEN": f"127.0.0.1:{port}",
+        "CAPFLEET_BOOT_URL": f"http://127.0.0.1:{port}",
+        "CAPFLEET_DEPLOY_RAMDISK_DIR": str(directory),
+    }

@@ -36,10 +36,10 @@ from typing import Any
 
 from capfleet import resources
 from capfleet.kube import Kube
-from capfleet_e2e.baremetal.fakeramdisk import FakeRamdisk
+from capfleet_e2e.baremetal.fakeramdisk import FakeRamdisk, boot_env, fake_systems
 from capfleet_e2e.baremetal.redfish import RedfishEmulator
 from capfleet_e2e.bench.floor import Capd, floor_cluster
-from capfleet_e2e.bench.measure import read_proc, requests_of
+from capfleet_e2e.bench.measure import ProcSample, read_proc, requests_of
 from capfleet_e2e.capi import CapiManagers
 from capfleet_e2e.controlplane import ControlPlane
 from capfleet_e2e.kubebin import artifacts_dir, repo_root
@@ -213,24 +213,6 @@ async def run_floor(cp: ControlPlane, kube: Kube, n: int, within: float) -> Side
     return SideResult("floor", n, provisioned, deleted)
 
 
-def fake_servers(count: int, prefix: str) -> list[Obj]:
-    return [
-        {
-            "uuid": f"00000000-0000-4000-8000-{index:012d}",
-            "name": f"{prefix}-{index:04d}",
-            "power_state": "Off",
-            "external_notifier": True,
-            "nics": [
-                {
-                    "mac": "52:54:" + ":".join(f"{byte:02x}" for byte in index.to_bytes(4, "big")),
-                    "ip": "192.0.2.1",
-                }
-            ],
-        }
-        for index in range(count)
-    ]
-
-
 def seed_servers(netbox: Any, systems: Sequence[Obj], bmc_address: str) -> None:
     """The fake servers in NetBox: the first as the control plane's role, the rest as workers."""
     ensure_custom_fields(netbox)
@@ -303,97 +285,88 @@ async def operators_running(
             process.stop()
 
 
+async def control_plane_provisioned(kube: Kube, namespace: str) -> bool:
+    found = await machines_of(kube, namespace)
+    initialization = ((found[0].get("status") or {}).get("initialization") or {}) if len(found) == 1 else {}
+    return bool(initialization.get("infrastructureProvisioned"))
+
+
+def operator_figures(
+    events: Sequence[Obj], before: Mapping[str, ProcSample], after: Mapping[str, ProcSample]
+) -> dict[str, OperatorFigures]:
+    """Each operator's requests and writes among audit `events`, and its CPU and peak RSS from /proc."""
+    return {
+        op: OperatorFigures(
+            requests_of(events, service_account_user(op)).total,
+            writes_of(events, service_account_user(op)),
+            after[op].cpu_seconds - before[op].cpu_seconds,
+            after[op].peak_rss_bytes / 2**20,
+        )
+        for op in after
+    }
+
+
+def samples(processes: Mapping[str, OperatorProcess]) -> dict[str, ProcSample]:
+    return {op: read_proc(p.component.pid) for op, p in processes.items() if p.component}
+
+
 async def run_fleet(cp: ControlPlane, kube: Kube, n: int, within: float, workdir: Path) -> SideResult:
     namespace = "bench-fleet"
     cp.kubectl("create", "namespace", namespace)
-    systems = fake_servers(n + 1, "srv")
+    systems = fake_systems(n + 1, "srv")
     boot_port = free_port()
-    boot_url = f"http://127.0.0.1:{boot_port}"
-    ramdisk = workdir / "ramdisk"
-    ramdisk.mkdir(parents=True, exist_ok=True)
-    for name in ("vmlinuz", "initrd.img"):
-        (ramdisk / name).write_bytes(b"never fetched: the fake ramdisk plays over HTTP only")
     netbox_logs = artifacts_dir() / "netbox"
     netbox_logs.mkdir(parents=True, exist_ok=True)
-    netboxes = RealNetboxes(netbox_logs)
-    try:
+    async with contextlib.AsyncExitStack() as stack:
+        netboxes = RealNetboxes(netbox_logs)
+        stack.callback(netboxes.stop)
         real = netboxes.get(DEFAULT_RELEASE)
-        with NetboxProxy(real.url, static=real.static) as proxy:
-            netbox = instance_behind(proxy, real)
-            async with FakeRamdisk(boot_url) as fake:
-                with (
-                    RedfishEmulator(fake_systems=systems, notify_url=fake.url) as bmc,
-                    WorkloadAPIServer(cp, CLUSTER) as workload,
-                ):
-                    seed_servers(netbox, systems, f"127.0.0.1:{bmc.port}")
-                    credentials = {
-                        "username": bmc.username,
-                        "password": bmc.password,
-                        "caBundle": bmc.ca_cert.read_text(),
-                    }
-                    for body in (
-                        secret("netbox", {"url": netbox.url, "token": netbox.token}),
-                        secret("bmc", credentials),
-                        workload.ca_secret(namespace),
-                    ):
-                        await kube.create(resources.SECRETS, body, namespace)
-                    env = {
-                        "baremetal_provision": {
-                            "CAPFLEET_BOOT_LISTEN": f"127.0.0.1:{boot_port}",
-                            "CAPFLEET_BOOT_URL": boot_url,
-                            "CAPFLEET_DEPLOY_RAMDISK_DIR": str(ramdisk),
-                        }
-                    }
-                    async with operators_running(cp, namespace, env, workdir) as processes:
-                        variables = fleet_variables(workload)
-                        apply(cp, render((repo_root() / TEMPLATE).read_text(), variables), namespace)
+        netbox = instance_behind(stack.enter_context(NetboxProxy(real.url, static=real.static)), real)
+        fake = await stack.enter_async_context(FakeRamdisk(f"http://127.0.0.1:{boot_port}"))
+        bmc = stack.enter_context(RedfishEmulator(fake_systems=systems, notify_url=fake.url))
+        workload = stack.enter_context(WorkloadAPIServer(cp, CLUSTER))
+        seed_servers(netbox, systems, f"127.0.0.1:{bmc.port}")
+        credentials = {
+            "username": bmc.username,
+            "password": bmc.password,
+            "caBundle": bmc.ca_cert.read_text(),
+        }
+        for body in (
+            secret("netbox", {"url": netbox.url, "token": netbox.token}),
+            secret("bmc", credentials),
+            workload.ca_secret(namespace),
+        ):
+            await kube.create(resources.SECRETS, body, namespace)
+        env = {"baremetal_provision": boot_env(boot_port, workdir / "ramdisk")}
+        processes = await stack.enter_async_context(operators_running(cp, namespace, env, workdir))
+        apply(cp, render((repo_root() / TEMPLATE).read_text(), fleet_variables(workload)), namespace)
+        try:
+            await eventually(
+                "the control-plane Machine to be provisioned",
+                lambda: control_plane_provisioned(kube, namespace),
+                within,
+                POLL_SECONDS,
+            )
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the fake ramdisk played: {fake.played}") from exc
+        workload.upload_kubeadm_config()  # what `kubeadm init` would have done on it
 
-                        async def control_plane_provisioned() -> bool:
-                            found = await machines_of(kube, namespace)
-                            return len(found) == 1 and bool(
-                                ((found[0].get("status") or {}).get("initialization") or {}).get(
-                                    "infrastructureProvisioned"
-                                )
-                            )
+        _, offset = cp.audit_events()
+        before = samples(processes)
+        try:
+            provisioned = await scale_and_time(kube, namespace, f"{CLUSTER}-md-0", n, within)
+        except AssertionError as exc:
+            failed = {name: p.failure for name, p in fake.played.items() if p.failure}
+            raise AssertionError(f"{exc}; the fake ramdisk failed for {failed}") from exc
+        events, offset = cp.audit_events(offset)
+        figures = operator_figures(events, before, samples(processes))
 
-                        try:
-                            await eventually(
-                                "the control-plane Machine to be provisioned",
-                                control_plane_provisioned,
-                                within,
-                                POLL_SECONDS,
-                            )
-                        except AssertionError as exc:
-                            raise AssertionError(f"{exc}; the fake ramdisk played: {fake.played}") from exc
-                        workload.upload_kubeadm_config()  # what `kubeadm init` would have done on it
-                        _, offset = cp.audit_events()
-                        before = {
-                            op: read_proc(p.component.pid) for op, p in processes.items() if p.component
-                        }
-                        try:
-                            provisioned = await scale_and_time(kube, namespace, f"{CLUSTER}-md-0", n, within)
-                        except AssertionError as exc:
-                            failed = {name: p.failure for name, p in fake.played.items() if p.failure}
-                            raise AssertionError(f"{exc}; the fake ramdisk failed for {failed}") from exc
-                        events, offset = cp.audit_events(offset)
-                        after = {op: read_proc(p.component.pid) for op, p in processes.items() if p.component}
-                        figures = {
-                            op: OperatorFigures(
-                                requests_of(events, service_account_user(op)).total,
-                                writes_of(events, service_account_user(op)),
-                                after[op].cpu_seconds - before[op].cpu_seconds,
-                                after[op].peak_rss_bytes / 2**20,
-                            )
-                            for op in processes
-                        }
-                        users = [service_account_user(op) for op in processes]
-                        offset = await settled(cp, users, offset, within)
-                        await asyncio.sleep(IDLE_SECONDS)
-                        idle_events, _ = cp.audit_events(offset)
-                        idle = sum(writes_of(idle_events, user) for user in users)
-                        deleted = await delete_and_time(kube, namespace, CLUSTER, within)
-    finally:
-        netboxes.stop()
+        users = [service_account_user(op) for op in processes]
+        offset = await settled(cp, users, offset, within)
+        await asyncio.sleep(IDLE_SECONDS)
+        idle_events, _ = cp.audit_events(offset)
+        idle = sum(writes_of(idle_events, user) for user in users)
+        deleted = await delete_and_time(kube, namespace, CLUSTER, within)
     return SideResult("capfleet", n, provisioned, deleted, figures, idle)
 
 

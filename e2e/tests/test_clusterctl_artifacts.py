@@ -215,10 +215,10 @@ def test_the_ha_suites_lighter_control_planes_render_to_what_the_real_kubelet_an
         )
         assert result.returncode == 0, result.stderr
     skipped = kcp["initConfiguration"]["skipPhases"]
-    assert skipped == ["addon/kube-proxy", "addon/coredns"]
+    assert skipped == ["show-join-command", "addon/kube-proxy", "addon/coredns"]
     assert set(skipped) <= init_phases(binaries / "kubeadm")
     defaults = vm_template_objects({})["KubeadmControlPlane"]["spec"]["kubeadmConfigSpec"]
-    assert defaults["initConfiguration"]["skipPhases"] == []
+    assert defaults["initConfiguration"]["skipPhases"] == ["show-join-command"]
 
 
 def init_phases(kubeadm: Path) -> set[str]:

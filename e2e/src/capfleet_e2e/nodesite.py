@@ -72,7 +72,7 @@ LIGHT_CONTROL_PLANES = {
     "CAPFLEET_KUBELET_HOUSEKEEPING_INTERVAL": "60s",
     "CAPFLEET_PROBE_PERIOD_SECONDS": "30",
     "CAPFLEET_API_SERVER_READINESS_PERIOD_SECONDS": "30",
-    "CAPFLEET_KUBEADM_SKIP_PHASES": "[addon/kube-proxy, addon/coredns]",
+    "CAPFLEET_KUBEADM_SKIP_PHASES": "[show-join-command, addon/kube-proxy, addon/coredns]",
 }
 
 

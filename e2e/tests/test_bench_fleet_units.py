@@ -59,7 +59,9 @@ def test_the_table_shows_times_with_their_ratio_and_per_machine_costs() -> None:
         60.0,
         30.0,
         {
-            "capi-machine-glue": OperatorFigures(1200, 500, 12.5, 80.0),
+            "capi-machine-glue": OperatorFigures(
+                1200, 500, 12.5, 80.0, {"patch hybridmachines/status": 400, "create ipaddressclaims": 100}
+            ),
             "ipam-address": OperatorFigures(300, 300, 3.0, 82.0),
         },
         idle_writes_per_minute=0,
@@ -70,6 +72,8 @@ def test_the_table_shows_times_with_their_ratio_and_per_machine_costs() -> None:
     assert table[5].split() == ["capi-machine-glue", "12.00", "5.00", "12.5", "80.0"]
     assert table[7].split() == ["all", "operators", "8.00"]
     assert table[8].endswith(": 0")
+    assert table[11] == "  capi-machine-glue: patch hybridmachines/status 4.00, create ipaddressclaims 1.00"
+    assert table[12] == "  ipam-address: none"
 
 
 def test_fake_servers_have_distinct_names_uuids_and_macs() -> None:

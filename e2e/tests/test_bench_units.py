@@ -72,7 +72,13 @@ def test_only_the_providers_requests_count_and_each_audit_id_once() -> None:
             "stage": "ResponseComplete",
         },
         {"auditID": "b", "user": {"username": me}, "verb": "create", "userAgent": "provider/v1"},
-        {"auditID": "c", "user": {"username": me}, "verb": "patch", "userAgent": "kopf/1.37"},
+        {
+            "auditID": "c",
+            "user": {"username": me},
+            "verb": "patch",
+            "userAgent": "kopf/1.37",
+            "objectRef": {"resource": "hybridmachines", "subresource": "status"},
+        },
         {"auditID": "d", "user": {"username": other}, "verb": "create", "userAgent": "capfleet-bench"},
         {"auditID": "e", "verb": "get"},
     ]
@@ -80,6 +86,7 @@ def test_only_the_providers_requests_count_and_each_audit_id_once() -> None:
     assert requests.total == 3
     assert requests.by_verb == {"create": 1, "patch": 1, "watch": 1}
     assert requests.user_agents == ["kopf/1.37", "provider/v1"]
+    assert requests.by_target == {"watch ?": 1, "create ?": 1, "patch hybridmachines/status": 1}
 
 
 def test_a_clean_allocation() -> None:

@@ -17,6 +17,7 @@ from capfleet.api.baremetal import BaremetalInstanceSpec
 from capfleet.api.libvirt import LibvirtVMSpec
 from capfleet.resources import Resource
 from capi_machine_glue import inheritance, machines
+from capi_machine_glue.cache import WatchCache
 from capi_machine_glue.contexts import Context
 from capi_machine_glue.settings import GlueSettings
 from capi_machine_glue.wakeups import Wakeups
@@ -138,7 +139,8 @@ def machine(api: FakeKube, name: str, spec: Obj) -> None:
 
 
 def context(api: FakeKube) -> Context:
-    return Context(api, Events(), GlueSettings(deletion_poll_seconds=0.5), Wakeups())  # type: ignore[arg-type]
+    settings = GlueSettings(deletion_poll_seconds=0.5)
+    return Context(api, Events(), settings, Wakeups(), WatchCache())  # type: ignore[arg-type]
 
 
 def conditions(api: FakeKube, name: str) -> dict[str, str]:
@@ -149,12 +151,12 @@ def conditions(api: FakeKube, name: str) -> dict[str, str]:
 async def test_a_vm_machine_gets_its_address_then_a_typed_vm_and_follows_it(api: FakeKube) -> None:
     machine(api, "cp-0", VM)
     ctx = context(api)
-    await machines.reconcile(ctx, NS, "cp-0")
+    await machines.reconcile(ctx, NS, "cp-0", api)
     assert api.created == ["IPAddressClaim/cp-0-eth0-0"]
     assert conditions(api, "cp-0")["AddressesAllocated"] == "Pending"
 
     api.bind_claims()
-    await machines.reconcile(ctx, NS, "cp-0")
+    await machines.reconcile(ctx, NS, "cp-0", api)
     vm = LibvirtVMSpec.model_validate(api.obj(kinds.LIBVIRT_VM.resource, "cp-0")["spec"])
     assert [(nic.name, nic.addresses, nic.gateway) for nic in vm.interfaces] == [
         ("eth0", ["10.0.0.7/24"], "10.0.0.1")
@@ -164,7 +166,7 @@ async def test_a_vm_machine_gets_its_address_then_a_typed_vm_and_follows_it(api:
 
     vm_status = {"hypervisorName": "hv", "providerID": "capfleet://vm/hv/ns-cp-0", "conditions": [READY]}
     api.obj(kinds.LIBVIRT_VM.resource, "cp-0")["status"] = vm_status
-    await machines.reconcile(ctx, NS, "cp-0")
+    await machines.reconcile(ctx, NS, "cp-0", api)
     hybrid = api.obj(kinds.HYBRID_MACHINE.resource, "cp-0")
     assert hybrid["spec"]["providerID"] == "capfleet://vm/hv/ns-cp-0"
     assert hybrid["status"]["hypervisorName"] == "hv"
@@ -175,23 +177,23 @@ async def test_a_vm_machine_gets_its_address_then_a_typed_vm_and_follows_it(api:
 async def test_once_the_node_joined_the_vm_drops_its_user_data_for_good(api: FakeKube) -> None:
     machine(api, "cp-0", VM)
     ctx = context(api)
-    await machines.reconcile(ctx, NS, "cp-0")
+    await machines.reconcile(ctx, NS, "cp-0", api)
     api.bind_claims()
-    await machines.reconcile(ctx, NS, "cp-0")
+    await machines.reconcile(ctx, NS, "cp-0", api)
     vm = api.obj(kinds.LIBVIRT_VM.resource, "cp-0")
     assert "removeUserData" not in vm["spec"]["cloudInit"], "the VM boots with its bootstrap data"
     api.obj(resources.CAPI_MACHINES, "cp-0")["status"] = {"nodeRef": {"name": "cp-0"}}
-    await machines.reconcile(ctx, NS, "cp-0")
+    await machines.reconcile(ctx, NS, "cp-0", api)
     assert vm["spec"]["cloudInit"]["removeUserData"] is True
     api.obj(resources.CAPI_MACHINES, "cp-0")["status"] = {}  # as after a move, before CAPI finds the Node
-    await machines.reconcile(ctx, NS, "cp-0")
+    await machines.reconcile(ctx, NS, "cp-0", api)
     assert vm["spec"]["cloudInit"]["removeUserData"] is True
 
 
 async def test_a_server_boots_with_its_interfaces_and_an_unknown_one_is_recorded(api: FakeKube) -> None:
     machine(api, "w-0", METAL)
     ctx = context(api)
-    await machines.reconcile(ctx, NS, "w-0")
+    await machines.reconcile(ctx, NS, "w-0", api)
     api.bind_claims()
     device = {
         "deviceID": 7,
@@ -201,7 +203,7 @@ async def test_a_server_boots_with_its_interfaces_and_an_unknown_one_is_recorded
         "conditions": [READY],
     }
     api.obj(kinds.NETBOX_DEVICE.resource, "w-0")["status"] = device
-    await machines.reconcile(ctx, NS, "w-0")
+    await machines.reconcile(ctx, NS, "w-0", api)
     instance = BaremetalInstanceSpec.model_validate(api.obj(kinds.BAREMETAL_INSTANCE.resource, "w-0")["spec"])
     assert [(nic.name, nic.mac_address, nic.addresses) for nic in instance.interfaces] == [
         ("eno1", "52:54:00:aa:bb:07", ["10.0.0.7/24"])
@@ -211,17 +213,17 @@ async def test_a_server_boots_with_its_interfaces_and_an_unknown_one_is_recorded
     assert api.obj(kinds.HYBRID_MACHINE.resource, "w-0")["status"]["deviceID"] == 7
 
     machine(api, "w-1", {**METAL, "network": {"interfaces": [{"name": "eno9"}]}})
-    await machines.reconcile(ctx, NS, "w-1")
+    await machines.reconcile(ctx, NS, "w-1", api)
     api.obj(kinds.NETBOX_DEVICE.resource, "w-1")["status"] = device
     with pytest.raises(errors.InvalidSpec, match="no interface eno9"):
-        await machines.reconcile(ctx, NS, "w-1")
+        await machines.reconcile(ctx, NS, "w-1", api)
     assert conditions(api, "w-1")["ServerProvisioned"] == "UnknownInterface"
 
 
 async def test_deletion_takes_the_server_first_and_polls_at_the_setting(api: FakeKube) -> None:
     machine(api, "w-0", METAL)
     ctx = context(api)
-    await machines.reconcile(ctx, NS, "w-0")
+    await machines.reconcile(ctx, NS, "w-0", api)
     owner = api.obj(kinds.HYBRID_MACHINE.resource, "w-0")
     instance_meta = {
         "name": "w-0",
@@ -247,7 +249,7 @@ async def test_deletion_right_after_an_unpause_takes_the_mirrored_pause_off_the_
     paused claim) would wait for ever. Deletion takes the annotation off, then deletes."""
     machine(api, "w-0", METAL)
     ctx = context(api)
-    await machines.reconcile(ctx, NS, "w-0")
+    await machines.reconcile(ctx, NS, "w-0", api)
     claim = api.obj(resources.IP_ADDRESS_CLAIMS, "w-0-eno1-0")
     claim["metadata"]["finalizers"] = ["ipam.cluster.x-k8s.io/ReleaseAddress"]
     claim["metadata"]["annotations"] = {pausing.PAUSED_ANNOTATION: "true"}
@@ -280,15 +282,15 @@ async def test_a_relabelled_machine_takes_its_children_to_its_new_shard_and_back
     uid = owner["metadata"]["uid"]
     owner["metadata"]["labels"][SHARD] = "a"
     ctx = context(api)
-    await machines.reconcile(ctx, NS, "w-0")
+    await machines.reconcile(ctx, NS, "w-0", api)
     api.bind_claims()
-    await machines.reconcile(ctx, NS, "w-0")
+    await machines.reconcile(ctx, NS, "w-0", api)
     assert shards() == {"IPAddressClaim/w-0-eth0-0": "a", "LibvirtVM/w-0": "a"}
     owner["metadata"]["labels"][SHARD] = "b"
-    await machines.reconcile(ctx, NS, "w-0")
+    await machines.reconcile(ctx, NS, "w-0", api)
     assert set(shards().values()) == {"b"}
     del owner["metadata"]["labels"][SHARD]
-    await machines.reconcile(ctx, NS, "w-0")
+    await machines.reconcile(ctx, NS, "w-0", api)
     assert set(shards().values()) == {None}
 
 

@@ -11,10 +11,11 @@ import pytest
 
 from capfleet import errors, events, kube, reconciling
 from capi_machine_glue import loops
-from capi_machine_glue.contexts import WAKEUPS_KEY, Context
+from capi_machine_glue.cache import CachedReads, Reads, WatchCache
+from capi_machine_glue.contexts import CACHE_KEY, WAKEUPS_KEY, Context
 from capi_machine_glue.machines import ChildrenRemaining
 from capi_machine_glue.settings import GlueSettings
-from capi_machine_glue.wakeups import HYBRID_MACHINE, Key, Wakeups
+from capi_machine_glue.wakeups import HYBRID_MACHINE, Key, Wakeups, sleep_until_woken
 
 KEY = Key(HYBRID_MACHINE, "ns", "m")
 
@@ -39,9 +40,13 @@ def test_the_context_comes_from_what_startup_put_in_memo() -> None:
     with pytest.raises(RuntimeError, match="no Wakeups"):
         Context.from_memo(memo)
     memo[WAKEUPS_KEY] = Wakeups()
+    with pytest.raises(RuntimeError, match="no WatchCache"):
+        Context.from_memo(memo)
+    memo[CACHE_KEY] = WatchCache()
     ctx = Context.from_memo(memo)
     assert ctx.settings.resync_seconds == 5.0
     assert ctx.wakeups is memo[WAKEUPS_KEY]
+    assert ctx.cache is memo[CACHE_KEY]
 
 
 def test_deletion_polls_at_the_setting_then_backs_off() -> None:
@@ -79,13 +84,14 @@ class Stop:
 async def test_the_loop_sleeps_for_the_errors_backoff_and_the_resync_otherwise(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    ctx = Context(None, None, GlueSettings(resync_seconds=60.0), Wakeups())  # type: ignore[arg-type]
+    ctx = Context(None, None, GlueSettings(resync_seconds=60.0), Wakeups(), WatchCache())  # type: ignore[arg-type]
     stop = Stop(4)
     slept: list[float] = []
 
-    async def sleep(event: asyncio.Event, stopped: Any, seconds: float) -> None:
+    async def sleep(event: asyncio.Event, stopped: Any, seconds: float) -> bool:
         slept.append(seconds)
         stop.rounds -= 1
+        return False
 
     outcomes: list[Exception | None] = [
         errors.Waiting("a"),
@@ -94,7 +100,7 @@ async def test_the_loop_sleeps_for_the_errors_backoff_and_the_resync_otherwise(
         None,
     ]
 
-    async def reconcile() -> None:
+    async def reconcile(reads: Reads) -> None:
         outcome = outcomes.pop(0)
         if outcome is not None:
             raise outcome
@@ -106,3 +112,36 @@ async def test_the_loop_sleeps_for_the_errors_backoff_and_the_resync_otherwise(
     assert 10.0 <= backoff[1] <= 20.0, backoff  # 20 s, jittered
     assert resync == [60.0, 60.0]
     assert KEY not in ctx.wakeups._events
+
+
+async def test_a_change_is_read_from_the_watch_cache_and_a_resync_or_retry_from_the_api_server(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    client = kube.Kube.__new__(kube.Kube)
+    ctx = Context(client, None, GlueSettings(), Wakeups(), WatchCache())  # type: ignore[arg-type]
+    woken_by_change = [True, False, True, False]
+    stop = Stop(len(woken_by_change))
+
+    async def sleep(event: asyncio.Event, stopped: Any, seconds: float) -> bool:
+        stop.rounds -= 1
+        return woken_by_change.pop(0)
+
+    sources: list[str] = []
+
+    async def reconcile(reads: Reads) -> None:
+        cached = isinstance(reads, CachedReads) and reads.cache is ctx.cache and reads.fallback is client
+        sources.append("cache" if cached else "api" if reads is client else "?")
+        if len(sources) == 2:
+            raise errors.Waiting("a child")  # its retry reads from the API server
+
+    monkeypatch.setattr(loops, "sleep_until_woken", sleep)
+    await loops.run(ctx, KEY, reconcile, stop)
+    # The first reconcile follows the event that showed the object.
+    assert sources == ["cache", "cache", "api", "cache"]
+
+
+async def test_sleeping_says_whether_a_change_woke_it() -> None:
+    event = asyncio.Event()
+    assert await sleep_until_woken(event, None, 0.01) is False
+    asyncio.get_running_loop().call_soon(event.set)
+    assert await sleep_until_woken(event, None, 60.0) is True

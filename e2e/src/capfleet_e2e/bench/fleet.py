@@ -82,6 +82,8 @@ class OperatorFigures:
     writes: int = 0
     cpu_seconds: float = 0.0
     peak_rss_mib: float = 0.0
+    # "patch hybridmachines/status" -> how many: where the writes went.
+    writes_by_target: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -99,6 +101,10 @@ class SideResult:
 def writes_of(events: Iterable[Obj], username: str) -> int:
     """How many of `username`'s requests among audit `events` changed something."""
     return sum(requests_of(events, username).by_verb.get(verb, 0) for verb in WRITES)
+
+
+def is_write(target: str) -> bool:
+    return target.split(" ", 1)[0] in WRITES
 
 
 def provisioned_workers(machines: Sequence[Obj]) -> int:
@@ -136,6 +142,11 @@ def format_results(floor: SideResult, fleet: SideResult) -> str:
     total_writes = sum(f.writes for f in fleet.operators.values())
     lines.append(f"{'all operators':<24}{'':>18}{total_writes / n:>16.2f}")
     lines.append(f"idle writes per minute once converged: {fleet.idle_writes_per_minute}")
+    lines.append("")
+    lines.append("writes per machine, by request:")
+    for name, figures in fleet.operators.items():
+        spent = ", ".join(f"{target} {count / n:.2f}" for target, count in figures.writes_by_target.items())
+        lines.append(f"  {name}: {spent or 'none'}")
     return "\n".join(lines)
 
 
@@ -295,15 +306,18 @@ def operator_figures(
     events: Sequence[Obj], before: Mapping[str, ProcSample], after: Mapping[str, ProcSample]
 ) -> dict[str, OperatorFigures]:
     """Each operator's requests and writes among audit `events`, and its CPU and peak RSS from /proc."""
-    return {
-        op: OperatorFigures(
-            requests_of(events, service_account_user(op)).total,
-            writes_of(events, service_account_user(op)),
+    figures = {}
+    for op in after:
+        requests = requests_of(events, service_account_user(op))
+        writes = {target: count for target, count in requests.by_target.items() if is_write(target)}
+        figures[op] = OperatorFigures(
+            requests.total,
+            sum(writes.values()),
             after[op].cpu_seconds - before[op].cpu_seconds,
             after[op].peak_rss_bytes / 2**20,
+            writes,
         )
-        for op in after
-    }
+    return figures
 
 
 def samples(processes: Mapping[str, OperatorProcess]) -> dict[str, ProcSample]:

@@ -73,12 +73,24 @@ class Requests:
     total: int = 0
     by_verb: dict[str, int] = field(default_factory=dict)
     user_agents: list[str] = field(default_factory=list)
+    # "patch hybridmachines/status": what the requests were for, to tell which handler pays for them.
+    by_target: dict[str, int] = field(default_factory=dict)
+
+
+def request_target(event: Obj) -> str:
+    """An audit event's verb and resource (with its subresource): "patch hybridmachines/status"."""
+    ref = event.get("objectRef") or {}
+    resource = str(ref.get("resource", "?"))
+    if ref.get("subresource"):
+        resource += "/" + str(ref["subresource"])
+    return f"{event.get('verb')} {resource}"
 
 
 def requests_of(events: Iterable[Obj], username: str) -> Requests:
     """The requests that `username` made, among `events` (audit log lines)."""
     seen: set[str] = set()
     verbs: Counter[str] = Counter()
+    targets: Counter[str] = Counter()
     agents: set[str] = set()
     for event in events:
         if (event.get("user") or {}).get("username") != username:
@@ -88,8 +100,9 @@ def requests_of(events: Iterable[Obj], username: str) -> Requests:
             continue
         seen.add(audit_id)
         verbs[str(event.get("verb"))] += 1
+        targets[request_target(event)] += 1
         agents.add(str(event.get("userAgent")))
-    return Requests(len(seen), dict(sorted(verbs.items())), sorted(agents))
+    return Requests(len(seen), dict(sorted(verbs.items())), sorted(agents), dict(targets.most_common()))
 
 
 @dataclass

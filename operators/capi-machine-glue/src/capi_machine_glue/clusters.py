@@ -17,6 +17,7 @@ from capfleet.api.capi import IPAddress
 from capfleet.api.hybrid_clusters import APIEndpoint, HybridCluster, HybridClusterSpec
 from capfleet.conditions import Update
 from capi_machine_glue import gates, inheritance, names, specs, summaries
+from capi_machine_glue.cache import Reads
 from capi_machine_glue.contexts import ADDRESSES, CLAIMS, CLUSTERS, HYBRID_CLUSTERS, Context
 from capi_machine_glue.machines import ChildrenRemaining, capi_cluster
 from capi_machine_glue.wakeups import HYBRID_CLUSTER, Key
@@ -56,8 +57,8 @@ def provisioned(hybrid: HybridCluster) -> bool:
     return bool(status and status.initialization and status.initialization.provisioned)
 
 
-async def reconcile(ctx: Context, namespace: str, name: str) -> None:
-    body = await ctx.kube.get(HYBRID_CLUSTERS, name, namespace)
+async def reconcile(ctx: Context, namespace: str, name: str, reads: Reads) -> None:
+    body = await reads.get(HYBRID_CLUSTERS, name, namespace)
     if body is None or body["metadata"].get("deletionTimestamp") or externally_managed(body["metadata"]):
         return
     if pausing.moving(body["metadata"]):
@@ -73,10 +74,10 @@ async def reconcile(ctx: Context, namespace: str, name: str) -> None:
         await recorder.finish()
         return
     ctx.wakeups.belongs_to(Key(HYBRID_CLUSTER, namespace, name), namespace, cluster_name)
-    cluster = await capi_cluster(ctx, cluster_name, namespace)
+    cluster = await capi_cluster(reads, cluster_name, namespace)
     claim_name = names.endpoint_claim(name)
     claim = (
-        await ctx.kube.get(CLAIMS, claim_name, namespace)
+        await reads.get(CLAIMS, claim_name, namespace)
         if hybrid.spec.control_plane_endpoint_pool_ref
         else None
     )
@@ -86,7 +87,7 @@ async def reconcile(ctx: Context, namespace: str, name: str) -> None:
         await reconciling.Recorder(ctx, HYBRID_CLUSTERS, body, None).paused()
         return
     recorder.fields["failureDomains"] = failure_domains(hybrid.spec)
-    endpoint = await control_plane_endpoint(ctx, body, hybrid.spec, claim, cluster_name)
+    endpoint = await control_plane_endpoint(ctx, reads, body, hybrid.spec, claim, cluster_name)
     recorder.note(endpoint)
     if provisioned(hybrid) or endpoint.status == "True":
         recorder.fields["initialization"] = {"provisioned": True}
@@ -94,7 +95,7 @@ async def reconcile(ctx: Context, namespace: str, name: str) -> None:
 
 
 async def control_plane_endpoint(
-    ctx: Context, body: Obj, spec: HybridClusterSpec, claim: Obj | None, cluster_name: str
+    ctx: Context, reads: Reads, body: Obj, spec: HybridClusterSpec, claim: Obj | None, cluster_name: str
 ) -> Update:
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
@@ -125,7 +126,7 @@ async def control_plane_endpoint(
     address_name = summaries.address_name(claim)
     if update.status != "True" or not address_name:
         return update
-    address = await ctx.kube.get(ADDRESSES, address_name, namespace)
+    address = await reads.get(ADDRESSES, address_name, namespace)
     if address is None:
         return Update.unknown(ENDPOINT, "Pending", f"IPAddress {address_name} not found")
     host = summaries.allocation(IPAddress.parse(address)).address

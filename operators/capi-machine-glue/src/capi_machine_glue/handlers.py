@@ -3,8 +3,9 @@ elsewhere.
 
 Each HybridMachine and HybridCluster gets a reconcile loop (a kopf daemon, `loops`), woken by watch
 handlers whenever something it depends on changes: the object, its children (by ownerReference), its CAPI
-Machine, its Cluster or HybridCluster. Deletion handlers remove children and wait for their operators'
-finalizers. The wake-up registry is created at startup in the operator-wide memo.
+Machine, its Cluster or HybridCluster. The same handlers keep the watch cache the loops read from, and
+one more keeps the IPAddresses there. Deletion handlers remove children and wait for their operators'
+finalizers. The wake-up registry and the cache are created at startup in the operator-wide memo.
 """
 
 from __future__ import annotations
@@ -17,7 +18,11 @@ import kopf
 from capfleet import ownership, reconciling, runtime
 from capfleet.api import capi
 from capi_machine_glue import clusters, loops, machines
+from capi_machine_glue.cache import WatchCache
 from capi_machine_glue.contexts import (
+    ADDRESSES,
+    CACHE_KEY,
+    CHILDREN,
     CLAIMS,
     CLUSTERS,
     HYBRID_CLUSTERS,
@@ -41,11 +46,18 @@ CANCELLATION_TIMEOUT = 10.0
 def create_wakeups(memo: kopf.Memo, **_: Any) -> None:
     # In the operator-wide memo at startup: kopf gives each object a shallow copy of it.
     memo[WAKEUPS_KEY] = Wakeups()
+    memo[CACHE_KEY] = WatchCache(frozenset((r.group, r.plural) for r in CHILDREN))
 
 
 def wakeups(memo: kopf.Memo) -> Wakeups:
     """The wake-up registry: all the watch handlers need, so they do not build a whole Context."""
     return reconciling.from_memo(memo, WAKEUPS_KEY, Wakeups)
+
+
+def remember(memo: kopf.Memo, resource: kopf.Resource, event: kopf.RawEvent) -> None:
+    """Keep what the event shows in the watch cache (the raw object: kopf's views wrap it)."""
+    cache = reconciling.from_memo(memo, CACHE_KEY, WatchCache)
+    cache.seen(resource, event["object"], deleted=event["type"] == "DELETED")
 
 
 def _namespaced(namespace: str | None) -> str:
@@ -90,14 +102,29 @@ async def delete_cluster(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
 
 
 @kopf.on.event(*HYBRID_MACHINES.watch)
-def machine_changed(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
+def machine_changed(
+    name: str,
+    namespace: str | None,
+    resource: kopf.Resource,
+    event: kopf.RawEvent,
+    memo: kopf.Memo,
+    **_: Any,
+) -> None:
+    remember(memo, resource, event)
     wakeups(memo).poke(Key(HYBRID_MACHINE, _namespaced(namespace), name))
 
 
 @kopf.on.event(*HYBRID_CLUSTERS.watch)
 def hybrid_cluster_changed(
-    name: str, namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any
+    name: str,
+    namespace: str | None,
+    labels: kopf.Labels,
+    resource: kopf.Resource,
+    event: kopf.RawEvent,
+    memo: kopf.Memo,
+    **_: Any,
 ) -> None:
+    remember(memo, resource, event)
     registry = wakeups(memo)
     registry.poke(Key(HYBRID_CLUSTER, _namespaced(namespace), name))
     cluster = labels.get(ownership.CLUSTER_NAME_LABEL)
@@ -106,12 +133,28 @@ def hybrid_cluster_changed(
 
 
 @kopf.on.event(*CLUSTERS.watch)
-def cluster_changed(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
+def cluster_changed(
+    name: str,
+    namespace: str | None,
+    resource: kopf.Resource,
+    event: kopf.RawEvent,
+    memo: kopf.Memo,
+    **_: Any,
+) -> None:
+    remember(memo, resource, event)
     wakeups(memo).poke_cluster(_namespaced(namespace), name)
 
 
 @kopf.on.event(*MACHINES.watch)
-def capi_machine_changed(body: kopf.Body, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
+def capi_machine_changed(
+    body: kopf.Body,
+    namespace: str | None,
+    resource: kopf.Resource,
+    event: kopf.RawEvent,
+    memo: kopf.Memo,
+    **_: Any,
+) -> None:
+    remember(memo, resource, event)
     ref = capi.Machine.parse(body).spec.infrastructure_ref
     if ref is not None and ref.kind == HYBRID_MACHINE and ref.name:
         wakeups(memo).poke(Key(HYBRID_MACHINE, _namespaced(namespace), ref.name))
@@ -122,8 +165,22 @@ def capi_machine_changed(body: kopf.Body, namespace: str | None, memo: kopf.Memo
 @kopf.on.event(*NETBOX_VMS.watch)
 @kopf.on.event(*NETBOX_DEVICES.watch)
 @kopf.on.event(*INSTANCES.watch)
-def child_changed(meta: kopf.Meta, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
+def child_changed(
+    meta: kopf.Meta,
+    namespace: str | None,
+    resource: kopf.Resource,
+    event: kopf.RawEvent,
+    memo: kopf.Memo,
+    **_: Any,
+) -> None:
+    remember(memo, resource, event)
     registry = wakeups(memo)
     for ref in meta.get("ownerReferences") or []:
         if ref.get("kind") in (HYBRID_MACHINE, HYBRID_CLUSTER):
             registry.poke(Key(ref["kind"], _namespaced(namespace), ref["name"]))
+
+
+@kopf.on.event(*ADDRESSES.watch)
+def address_changed(resource: kopf.Resource, event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    # Only kept: the claim's own change (its addressRef) is what wakes the machine.
+    remember(memo, resource, event)

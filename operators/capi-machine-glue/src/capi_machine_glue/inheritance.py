@@ -13,7 +13,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from capfleet import ownership, pausing
-from capfleet.kube import Obj
 from capfleet.resources import Resource
 from capi_machine_glue.contexts import Context
 
@@ -36,7 +35,11 @@ def inherited_patch(
 
 
 async def mirror(
-    ctx: Context, children: Sequence[tuple[Resource, Mapping[str, Any]]], owner: Obj, *, paused: bool
+    ctx: Context,
+    children: Sequence[tuple[Resource, Mapping[str, Any]]],
+    owner: Mapping[str, Any],
+    *,
+    paused: bool,
 ) -> None:
     """Patch each child whose inherited marks differ from what `owner` (paused or not) gives it."""
     for resource, child in children:

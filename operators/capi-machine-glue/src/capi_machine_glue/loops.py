@@ -5,6 +5,9 @@ child, for CAPI) raises a capfleet error; the loop then sleeps for that error's 
 retry policy, `CapfleetError.delay`), but any change that concerns the object wakes it at once. So
 waiting costs nothing, and progress follows events. Without a failure, or after one that only a change
 can fix, the loop sleeps for the resync setting.
+
+A reconcile woken by a change reads what the watches have shown (`cache`); one woken by the resync or a
+retry's backoff reads from the API server.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from capfleet import errors, kube, metrics
+from capi_machine_glue.cache import Reads
 from capi_machine_glue.contexts import Context
 from capi_machine_glue.wakeups import Key, sleep_until_woken
 
@@ -45,15 +49,18 @@ def as_capfleet_error(exc: Exception, key: Key) -> tuple[errors.CapfleetError, s
     return errors.BackendUnavailable(str(exc)), "error"
 
 
-async def run(ctx: Context, key: Key, reconcile: Callable[[], Awaitable[None]], stopped: StopFlag) -> None:
+async def run(
+    ctx: Context, key: Key, reconcile: Callable[[Reads], Awaitable[None]], stopped: StopFlag
+) -> None:
     woken = ctx.wakeups.register(key)
     retry = 0
+    by_event = True  # kopf starts the loop on the event that showed its object
     try:
         while not stopped:
             woken.clear()
             started = time.monotonic()
             try:
-                await reconcile()
+                await reconcile(ctx.cache.reader(ctx.kube) if by_event else ctx.kube)
             except Exception as exc:  # every failure is retried: the loop must outlive it
                 error, result = as_capfleet_error(exc, key)
                 backoff = error.delay(retry)
@@ -62,6 +69,6 @@ async def run(ctx: Context, key: Key, reconcile: Callable[[], Awaitable[None]], 
             else:
                 delay, result, retry = ctx.settings.resync_seconds, "success", 0
             metrics.record_reconcile(key.kind, result, time.monotonic() - started)
-            await sleep_until_woken(woken, stopped.wait, delay)
+            by_event = await sleep_until_woken(woken, stopped.wait, delay)
     finally:
         ctx.wakeups.unregister(key)

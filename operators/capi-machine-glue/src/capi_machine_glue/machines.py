@@ -1,9 +1,10 @@
 """Reconciling a HybridMachine: wait as the CAPI contract says, create the children, fold them back.
 
 Every reconcile starts from scratch: it reads the Machine, the Cluster, the HybridCluster and each child
-by its deterministic name, creates what is missing, and writes a status computed only from those
-objects. So the same code provisions a machine, converges after a crash and rebuilds a status lost in a
-clusterctl move. Children are created in the order of DESIGN §2: address claims; then a LibvirtVM (and a
+by its deterministic name (from the watch cache when a change woke it), creates what is missing, and
+writes a status computed only from those objects. So the same code provisions a machine, converges after
+a crash and rebuilds a status lost in a clusterctl move. Children are created in this order: address
+claims; then a LibvirtVM (and a
 NetboxVirtualMachine) once the addresses are known, or a NetboxDevice and, once a server is claimed, a
 BaremetalInstance. The glue never updates a child's spec after creating it: CAPI replaces machines, it
 does not change them.
@@ -31,6 +32,7 @@ from capfleet.api.netbox import NetboxDeviceStatus
 from capfleet.conditions import Update
 from capfleet.resources import Resource
 from capi_machine_glue import gates, inheritance, names, specs, summaries
+from capi_machine_glue.cache import Reads
 from capi_machine_glue.contexts import (
     ADDRESSES,
     CLAIMS,
@@ -68,14 +70,14 @@ class ChildrenRemaining(errors.Waiting):
         return float(min(self.poll_seconds * (2 ** max(retry, 0)), self.retry_cap))
 
 
-async def capi_cluster(ctx: Context, name: str | None, namespace: str) -> capi.Cluster | None:
-    found = await ctx.kube.get(CLUSTERS, name, namespace) if name else None
+async def capi_cluster(reads: Reads, name: str | None, namespace: str) -> capi.Cluster | None:
+    found = await reads.get(CLUSTERS, name, namespace) if name else None
     return capi.Cluster.parse(found) if found is not None else None
 
 
-async def _owned(ctx: Context, resource: Resource, name: str, namespace: str, owner: Obj) -> Obj | None:
+async def _owned(reads: Reads, resource: Resource, name: str, namespace: str, owner: Obj) -> Obj | None:
     """The child of that name, None if absent; a same-named object owned by someone else is refused."""
-    found = await ctx.kube.get(resource, name, namespace)
+    found = await reads.get(resource, name, namespace)
     if found is not None and not ownership.is_owned_by(found, owner):
         raise errors.Conflict(
             f"a {resource.kind} named {name} exists and is not owned by this HybridMachine",
@@ -113,26 +115,27 @@ def claim_names(spec: HybridMachineSpec, machine: str) -> list[str]:
     ]
 
 
-async def family(ctx: Context, body: Obj, spec: HybridMachineSpec) -> Family:
+async def family(reads: Reads, body: Obj, spec: HybridMachineSpec) -> Family:
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
-    claims = {n: await _owned(ctx, CLAIMS, n, namespace, body) for n in claim_names(spec, name)}
+    claims = {n: await _owned(reads, CLAIMS, n, namespace, body) for n in claim_names(spec, name)}
     found = Family(claims)
     if spec.vm is not None:
-        found.vm = await _owned(ctx, LIBVIRT_VMS, name, namespace, body)
-        found.netbox_vm = await _owned(ctx, NETBOX_VMS, name, namespace, body)
+        found.vm = await _owned(reads, LIBVIRT_VMS, name, namespace, body)
+        found.netbox_vm = await _owned(reads, NETBOX_VMS, name, namespace, body)
     else:
-        found.device = await _owned(ctx, NETBOX_DEVICES, name, namespace, body)
-        found.instance = await _owned(ctx, INSTANCES, name, namespace, body)
+        found.device = await _owned(reads, NETBOX_DEVICES, name, namespace, body)
+        found.instance = await _owned(reads, INSTANCES, name, namespace, body)
     return found
 
 
 @dataclass(frozen=True)
 class MachineReconcile:
-    """One reconcile of a HybridMachine: the object (as its children's owner, and parsed), its children as
-    found, and the recorder every step writes its condition to."""
+    """One reconcile of a HybridMachine: how it reads, the object (as its children's owner, and parsed), its
+    children as found, and the recorder every step writes its condition to."""
 
     ctx: Context
+    reads: Reads
     body: Obj
     machine: HybridMachine
     children: Family
@@ -186,8 +189,8 @@ class MachineReconcile:
         return any(u.type == step and u.status == "True" for u in self.recorder.updates)
 
 
-async def reconcile(ctx: Context, namespace: str, name: str) -> None:
-    body = await ctx.kube.get(HYBRID_MACHINES, name, namespace)
+async def reconcile(ctx: Context, namespace: str, name: str, reads: Reads) -> None:
+    body = await reads.get(HYBRID_MACHINES, name, namespace)
     if body is None or body["metadata"].get("deletionTimestamp") or pausing.moving(body["metadata"]):
         return
     machine = kinds.HYBRID_MACHINE.parse(body)
@@ -208,14 +211,14 @@ async def reconcile(ctx: Context, namespace: str, name: str) -> None:
         await recorder.finish()
         return
     ctx.wakeups.belongs_to(Key(HYBRID_MACHINE, namespace, name), namespace, cluster_name)
-    cluster = await capi_cluster(ctx, cluster_name, namespace)
-    children = await family(ctx, body, machine.spec)
+    cluster = await capi_cluster(reads, cluster_name, namespace)
+    children = await family(reads, body, machine.spec)
     paused = pausing.annotated(meta) or pausing.cluster_paused(cluster)
     await inheritance.mirror(ctx, children.existing(), body, paused=paused)
     if paused:
         await reconciling.Recorder(ctx, HYBRID_MACHINES, body, None).paused()
         return
-    run = MachineReconcile(ctx, body, machine, children, recorder)
+    run = MachineReconcile(ctx, reads, body, machine, children, recorder)
     try:
         await converge(run, cluster_name, cluster, owner)
     except errors.CapfleetError:
@@ -228,10 +231,10 @@ async def converge(
     run: MachineReconcile, cluster_name: str, cluster: capi.Cluster | None, owner: str
 ) -> None:
     """Pass CAPI's waits, then create what is missing; each step's condition goes to the recorder."""
-    ctx, recorder = run.ctx, run.recorder
+    recorder = run.recorder
     hybrid_cluster_name = gates.infrastructure_ref(cluster) if cluster else None
-    hybrid_cluster = await _hybrid_cluster(ctx, hybrid_cluster_name, run.namespace)
-    found = await ctx.kube.get(MACHINES, owner, run.namespace)
+    hybrid_cluster = await _hybrid_cluster(run.reads, hybrid_cluster_name, run.namespace)
+    found = await run.reads.get(MACHINES, owner, run.namespace)
     capi_machine = capi.Machine.parse(found) if found is not None else None
     recorder.note(gates.cluster_infrastructure(cluster_name, cluster, hybrid_cluster))
     if capi_machine is None or cluster is None or hybrid_cluster is None:
@@ -252,8 +255,8 @@ async def converge(
         await provision(run, facts, hybrid_cluster.spec)
 
 
-async def _hybrid_cluster(ctx: Context, name: str | None, namespace: str) -> HybridCluster | None:
-    found = await ctx.kube.get(HYBRID_CLUSTERS, name, namespace) if name else None
+async def _hybrid_cluster(reads: Reads, name: str | None, namespace: str) -> HybridCluster | None:
+    found = await reads.get(HYBRID_CLUSTERS, name, namespace) if name else None
     return kinds.HYBRID_CLUSTER.parse(found) if found is not None else None
 
 
@@ -303,7 +306,7 @@ async def addresses(
     allocations: dict[str, list[specs.Allocation]] = {}
     for plan, (_, claim) in zip(plans, found, strict=True):
         address_name = summaries.address_name(claim) if claim is not None else None
-        address = await run.ctx.kube.get(ADDRESSES, address_name, facts.namespace) if address_name else None
+        address = await run.reads.get(ADDRESSES, address_name, facts.namespace) if address_name else None
         if address is None:
             run.recorder.note(
                 Update.unknown(
@@ -427,7 +430,7 @@ async def delete(ctx: Context, body: Obj) -> None:
     namespace, name = meta["namespace"], meta["name"]
     spec = kinds.HYBRID_MACHINE.parse(body).spec
     poll = ctx.settings.deletion_poll_seconds
-    cluster = await capi_cluster(ctx, ownership.cluster_name(meta), namespace)
+    cluster = await capi_cluster(ctx.kube, ownership.cluster_name(meta), namespace)
     if pausing.annotated(meta) or pausing.cluster_paused(cluster):
         await reconciling.Recorder(ctx, HYBRID_MACHINES, body, None).paused()
         raise ChildrenRemaining(

@@ -61,8 +61,9 @@ async def _wait(awaitable: Awaitable[Any]) -> None:
 
 async def sleep_until_woken(
     event: asyncio.Event, stopped: Callable[[], Awaitable[Any]] | None, seconds: float
-) -> None:
-    """Return when `event` is set, `stopped()` completes (the loop must end), or after `seconds`."""
+) -> bool:
+    """Return when `event` is set, `stopped()` completes (the loop must end), or after `seconds`; whether
+    `event` woke it."""
     waiters: list[asyncio.Future[Any]] = [asyncio.ensure_future(event.wait())]
     if stopped is not None:
         waiters.append(asyncio.ensure_future(_wait(stopped())))
@@ -71,3 +72,4 @@ async def sleep_until_woken(
     finally:
         for waiter in waiters:
             waiter.cancel()
+    return event.is_set()

@@ -1,0 +1,123 @@
+"""The glue's copy of what it watches, kept from its own watch events, so a reconcile reads without GETs.
+
+A HybridMachine's reconcile reads about ten objects: itself, its Machine, Cluster and HybridCluster, its
+children and their IPAddresses. The glue watches all of them anyway (their changes wake the loops), and
+each event also lands here: the newest object, or that it is gone. Reading here instead of the API server
+took the glue from hundreds of GETs per machine (one per object per reconcile) to a few.
+
+- A reconcile woken by an event reads here; what no event has shown yet it GETs from the API server.
+- An object found that way is not kept: only events keep an entry current, and an object outside this
+  operator's watches (another shard's, or an IPAddress its provider does not label) must be read afresh.
+- "Not found" is kept for the kinds the glue creates (`REMEMBER_ABSENCE`): a child it has yet to create
+  is then not asked for on every reconcile. Its creation brings an event that replaces the entry; an
+  event that arrived while the GET was under way wins over the GET's answer.
+- A reconcile woken by the resync timer or a retry reads from the API server: the net for what a watch
+  can miss, such as an object deleted while the watch was re-listing.
+
+Reads may lag the API server by an event. That is safe here: the glue's writes are idempotent (create or
+get, merge patches of what differs), and the event that brings the newer object wakes the loop again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from capfleet.resources import Resource
+
+Obj = Mapping[str, Any]
+EntryKey = tuple[str, str, str, str]  # group, plural, namespace, name
+
+
+class Kind(Protocol):
+    """What names a kind here: capfleet's `Resource` and kopf's `resource` argument both have these."""
+
+    @property
+    def group(self) -> str: ...
+
+    @property
+    def plural(self) -> str: ...
+
+
+class Reads(Protocol):
+    """How a reconcile reads one object: the API client itself, or `CachedReads`."""
+
+    async def get(self, resource: Resource, name: str, namespace: str | None = None) -> Obj | None: ...
+
+
+def entry_key(resource: Kind, namespace: str | None, name: str) -> EntryKey:
+    return (resource.group, resource.plural, namespace or "", name)
+
+
+def without_managed_fields(body: Obj) -> dict[str, Any]:
+    """The object as kept: no `managedFields`, often half of an object's size and never read here."""
+    meta = {k: v for k, v in body["metadata"].items() if k != "managedFields"}
+    return {**body, "metadata": meta}
+
+
+@dataclass
+class WatchCache:
+    """The newest object of each key the watches have shown, or None where a GET found none (for the
+    kinds in `remember_absence`: (group, plural))."""
+
+    remember_absence: frozenset[tuple[str, str]] = frozenset()
+    _entries: dict[EntryKey, dict[str, Any] | None] = field(default_factory=dict)
+    # Each event's number, by key: a GET's "not found" is kept only if no event came while it was under
+    # way. Deleted keys are forgotten (the cache does not grow with every object that ever lived), so
+    # deletions are noted apart, and only while a GET is under way.
+    _events: int = 0
+    _last_event: dict[EntryKey, int] = field(default_factory=dict)
+    _deletions: dict[EntryKey, int] = field(default_factory=dict)
+    _gets_under_way: int = 0
+
+    def seen(self, resource: Kind, body: Obj, *, deleted: bool = False) -> None:
+        """What a watch event says about `body`: its newest state, or (`deleted`) that it is gone."""
+        meta = body["metadata"]
+        key = entry_key(resource, meta.get("namespace"), meta["name"])
+        self._events += 1
+        if deleted:
+            self._entries.pop(key, None)
+            self._last_event.pop(key, None)
+            if self._gets_under_way:
+                self._deletions[key] = self._events
+            return
+        self._last_event[key] = self._events
+        self._entries[key] = without_managed_fields(body)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def reader(self, reads: Reads) -> CachedReads:
+        """Reads served from here, falling back to `reads` (the API client) for what is not here."""
+        return CachedReads(self, reads)
+
+    async def read(self, reads: Reads, resource: Resource, name: str, namespace: str | None) -> Obj | None:
+        """The object as kept here; else as `reads` finds it, keeping a "not found" if the kind's absence
+        is kept and no event for it came meanwhile."""
+        key = entry_key(resource, namespace, name)
+        if key in self._entries:
+            return self._entries[key]
+        started = self._events
+        self._gets_under_way += 1
+        try:
+            found = await reads.get(resource, name, namespace)
+        finally:
+            self._gets_under_way -= 1
+        news = max(self._last_event.get(key, 0), self._deletions.get(key, 0)) > started
+        if not self._gets_under_way:
+            self._deletions.clear()
+        if found is None and not news and (resource.group, resource.plural) in self.remember_absence:
+            self._entries[key] = None
+        return found
+
+
+@dataclass
+class CachedReads:
+    """`Reads` through the cache: what a reconcile woken by a change is given."""
+
+    cache: WatchCache
+    fallback: Reads
+
+    async def get(self, resource: Resource, name: str, namespace: str | None = None) -> Obj | None:
+        return await self.cache.read(self.fallback, resource, name, namespace)

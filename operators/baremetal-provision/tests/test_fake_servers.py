@@ -89,9 +89,12 @@ async def test_fake_servers_are_provisioned_and_cleaned_by_the_unchanged_operato
                 ]
                 return found if len(done) == SERVERS else None
 
-            found = await eventually(
-                "every fake server Provisioned and booted from disk", all_on_disk, 180, 1
-            )
+            try:
+                found = await eventually(
+                    "every fake server Provisioned and booted from disk", all_on_disk, 180, 1
+                )
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}; the fake ramdisk played {fake.played}") from exc
             for obj in found:
                 annotations = obj["metadata"]["annotations"]
                 assert markers.SEED_FETCHED in annotations

@@ -225,6 +225,33 @@ async def test_nothing_is_served_before_the_operator_opens_the_boot_window() -> 
         assert kube.annotations == body["metadata"]["annotations"]
 
 
+async def test_a_window_the_index_has_not_seen_yet_is_read_from_the_api_server() -> None:
+    """The operator opened the window and powered the server on; the index's copy is a moment behind."""
+    body = instance()
+    opened = body["metadata"]["annotations"].pop(markers.BOOT_WINDOW)
+    kube = FakeKube(body)
+    kube.annotations[markers.BOOT_WINDOW] = opened
+    async with serving_with(kube, body) as (client, token):
+        script = await (await client.get("/ipxe", params={"mac": "52:54:00:aa:bb:01"})).text()
+        assert script.splitlines()[-1] == "boot"
+        assert token in script
+
+
+async def test_an_instance_the_index_knows_only_by_its_mac_is_read_from_the_api_server() -> None:
+    """The operator wrote the token and opened the window; the index has seen neither yet."""
+    body = instance()
+    annotations = body["metadata"].pop("annotations")
+    kube = FakeKube(body)
+    kube.annotations.update(annotations)
+    async with serving_with(kube, body) as (client, token):
+        assert token == ""
+        script = await (await client.get("/ipxe", params={"mac": "52:54:00:aa:bb:01"})).text()
+        assert script.splitlines()[-1] == "boot"
+        kube.annotations.clear()
+        script = await (await client.get("/ipxe", params={"mac": "52:54:00:aa:bb:01"})).text()
+        assert script.splitlines()[-1] == "exit"
+
+
 async def test_the_seed_and_callback_die_with_their_attempt() -> None:
     body = instance()
     async with serving_of(body) as (client, _, token):

@@ -159,6 +159,18 @@ class FakeRamdisk:
     async def _notified(self, request: web.Request) -> web.Response:
         system: dict[str, Any] = await request.json()
         pending = system.get("pending_power") or {}
+        log.debug(
+            "notified: %s power %s, boot device %s, pending %s",
+            system.get("name"),
+            system.get("power_state"),
+            system.get("boot_device"),
+            pending or None,
+        )
+        if pending.get("power_state") == "On" and system.get("boot_device") != PXE:
+            name = str(system.get("name") or system["uuid"])
+            self.played.setdefault(name, Played()).steps.append(
+                f"powered on from {system.get('boot_device')}"
+            )
         if pending.get("power_state") == "On" and system.get("boot_device") == PXE:
             key = (str(system["uuid"]), float(pending.get("apply_time") or 0))
             if key not in self._seen:

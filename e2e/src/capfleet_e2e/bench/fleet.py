@@ -371,7 +371,10 @@ async def run_fleet(cp: ControlPlane, kube: Kube, n: int, within: float, workdir
             provisioned = await scale_and_time(kube, namespace, f"{CLUSTER}-md-0", n, within)
         except AssertionError as exc:
             failed = {name: p.failure for name, p in fake.played.items() if p.failure}
-            raise AssertionError(f"{exc}; the fake ramdisk failed for {failed}") from exc
+            unfinished = {name: p.steps for name, p in fake.played.items() if not p.results}
+            raise AssertionError(
+                f"{exc}; the fake ramdisk failed for {failed}; servers it never finished: {unfinished}"
+            ) from exc
         events, offset = cp.audit_events(offset)
         figures = operator_figures(events, before, samples(processes))
 

@@ -43,7 +43,7 @@ def instances_by_mac(body: kopf.Body, **_: Any) -> dict[str, serving.Served]:
 @kopf.index(*INSTANCES)
 def instances_by_token(body: kopf.Body, **_: Any) -> dict[str, serving.Served]:
     served = serving.served_of(body)
-    return {served.token: served} if served is not None else {}
+    return {served.token: served} if served is not None and served.token else {}
 
 
 @kopf.on.startup()

@@ -71,16 +71,18 @@ class Served:
         """Between the operator's network boot and the attempt's end (callback, failure, or the last
         attempt spent): the only time its script, seed and callback are served."""
         ended = self.called_back or self.failure_reported or self.exhausted
-        return self.window_opened and not ended and not self.cleaning
+        return bool(self.token) and self.window_opened and not ended and not self.cleaning
 
 
 def served_of(body: Mapping[str, Any]) -> Served | None:
-    """The index entry of an instance: one with a token, not deleted, unless it is being cleaned."""
+    """The index entry of an instance not deleted (unless it is being cleaned). One without a token yet
+    (token "") serves nothing, but its MAC is known: a server asking by it makes the boot server read the
+    instance afresh (`Lookup.find_current`)."""
     instance = kinds.BAREMETAL_INSTANCE.parse(body)
     meta, spec = instance.metadata, instance.spec
-    token = markers.token_of(meta)
-    cleaning = markers.cleaning_pending(meta, spec)
-    if token is None or (meta.get("deletionTimestamp") and not cleaning):
+    token = markers.token_of(meta) or ""
+    cleaning = bool(token) and markers.cleaning_pending(meta, spec)
+    if meta.get("deletionTimestamp") and not cleaning:
         return None
     found = markers.annotations_of(meta)
     return Served(
@@ -114,6 +116,25 @@ class Lookup:
     def find(self, index: kopf.Index[str, Served], key: str) -> Served | None:
         store = index.get(key)
         return next(iter(store), None) if store is not None else None
+
+    async def find_current(self, index: kopf.Index[str, Served], key: str) -> Served | None:
+        """The instance of `key`; read from the API server when its index entry shows no attempt open.
+
+        The index follows the watch, a moment behind the API server: the operator opens the boot window,
+        then powers the server on, and a server that is on at once (or an index behind a busy watch) can
+        ask before the index has seen the window. Refusing then would send the server to its empty disk
+        until the attempt times out. (Anyone on the provisioning network who knows a MAC can make it read
+        once per request, as binding an open attempt to its address already does.)"""
+        served = self.find(index, key)
+        if served is None or served.attempt_open or served.cleaning:
+            return served
+        try:
+            body = await self.kube.get(INSTANCES, served.name, served.namespace)
+        except KubeError as exc:
+            log.warning("cannot read %s/%s: %s", served.namespace, served.name, exc)
+            return served
+        current = served_of(body) if body is not None else None
+        return current if current is not None and served.token in ("", current.token) else served
 
     @property
     def kube(self) -> Kube:
@@ -219,7 +240,7 @@ async def boot_ipxe(request: web.Request) -> web.Response:
 async def ipxe(request: web.Request) -> web.Response:
     lookup = request.app[LOOKUP]
     mac = booting.normalize_mac(request.query.get("mac", ""))
-    served = lookup.find(lookup.by_mac, mac) if mac else None
+    served = await lookup.find_current(lookup.by_mac, mac) if mac else None
     if served is None:
         return text(booting.exit_script("no instance for this MAC"), 404)
     base = lookup.base(request, served)
@@ -278,7 +299,7 @@ async def bind(lookup: Lookup, served: Served, request: web.Request) -> bool:
 
 async def seed(request: web.Request) -> web.Response:
     lookup = request.app[LOOKUP]
-    served = lookup.find(lookup.by_token, request.match_info["token"])
+    served = await lookup.find_current(lookup.by_token, request.match_info["token"])
     name = request.match_info["file"]
     if served is None or not served.attempt_open or name not in SEED_FILES:
         raise web.HTTPNotFound()
@@ -314,7 +335,7 @@ async def callback_key(request: web.Request) -> web.Response:
     """The key the deploy ramdisk signs its callback with: once per attempt (and once for cleaning), to
     the attempt's address; a second fetch is refused with a Warning Event."""
     lookup = request.app[LOOKUP]
-    served = lookup.find(lookup.by_token, request.match_info["token"])
+    served = await lookup.find_current(lookup.by_token, request.match_info["token"])
     if served is None:
         raise web.HTTPNotFound()
     bound_to: str | None = None  # cleaning is not bound to an address
@@ -373,7 +394,7 @@ async def signed_body(request: web.Request, served: Served, key: str | None) -> 
 
 async def callback(request: web.Request) -> web.Response:
     lookup = request.app[LOOKUP]
-    served = lookup.find(lookup.by_token, request.match_info["token"])
+    served = await lookup.find_current(lookup.by_token, request.match_info["token"])
     if served is None or served.cleaning or not served.window_opened:
         raise web.HTTPNotFound()
     if await lookup.refused(request, served):
@@ -398,7 +419,7 @@ async def callback(request: web.Request) -> web.Response:
 
 async def cleaned(request: web.Request) -> web.Response:
     lookup = request.app[LOOKUP]
-    served = lookup.find(lookup.by_token, request.match_info["token"])
+    served = await lookup.find_current(lookup.by_token, request.match_info["token"])
     if served is None or not served.cleaning:
         raise web.HTTPNotFound()
     key = served.cleaning_key if booting.cleans_with_ramdisk(served.spec) else None
@@ -431,7 +452,7 @@ async def image_checksum(request: web.Request) -> web.Response:
 async def _cached_image(request: web.Request) -> tuple[ImageCache, Image]:
     """The cache and the image of the instance whose token is in the query, when it deploys one."""
     lookup = request.app[LOOKUP]
-    served = lookup.find(lookup.by_token, request.query.get("token", ""))
+    served = await lookup.find_current(lookup.by_token, request.query.get("token", ""))
     if lookup.images is None or served is None or not served.attempt_open or served.spec.image is None:
         raise web.HTTPNotFound()
     if await lookup.refused(request, served):

@@ -11,7 +11,7 @@ import pytest
 
 from baremetal_provision import markers, provisioning
 from baremetal_provision.backends.base import BMC, BootDevice, Credentials, PowerState, SystemFacts
-from baremetal_provision.contexts import Context
+from baremetal_provision.contexts import Context, OpenedAttempts
 from baremetal_provision.settings import BaremetalSettings
 from capfleet import errors, events, pausing, secretholds
 from capfleet.api import kinds
@@ -106,7 +106,7 @@ def context(server: FakeBMC, *, with_secret: bool = True) -> tuple[FakeContext, 
     secrets = {"bm-bmc": {"username": b64("admin"), "password": b64("secret")}} if with_secret else {}
     kube = FakeKube(secrets)
     api = cast(Kube, kube)
-    ctx = FakeContext(api, events.Recorder(api), BaremetalSettings(), {})
+    ctx = FakeContext(api, events.Recorder(api), BaremetalSettings(), {}, OpenedAttempts())
     ctx.server = server
     return ctx, kube
 

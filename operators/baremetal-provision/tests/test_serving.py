@@ -21,7 +21,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from baremetal_helpers import b64
 
 from baremetal_provision import front, imagecache, markers, reports, serving
-from baremetal_provision.contexts import INSTANCES
+from baremetal_provision.contexts import ATTEMPTS_KEY, INSTANCES, OpenedAttempts
 from baremetal_provision.settings import BaremetalSettings
 from capfleet import cloudinit, events, reconciling, resources
 from capfleet.api import kinds
@@ -105,13 +105,24 @@ async def serving_with(
     body: dict[str, Any],
     images: imagecache.ImageCache | None = None,
     settings: BaremetalSettings | None = None,
+    attempts: OpenedAttempts | None = None,
+    indexed: bool = True,
 ) -> AsyncIterator[tuple[TestClient[Any, Any], str]]:
-    """The boot server answering for one instance (`body`) through `kube`, with its token."""
+    """The boot server answering for one instance (`body`) through `kube`, with its token; unless
+    `indexed`, its indexes have not seen it yet."""
     entry = serving.served_of(body)
     assert entry is not None
-    by_mac = cast(kopf.Index[str, serving.Served], {entry.spec.boot_mac_address: [entry]})
-    by_token = cast(kopf.Index[str, serving.Served], {entry.token: [entry]})
-    memo = cast(kopf.Memo, {reconciling.KUBE_KEY: kube, reconciling.EVENTS_KEY: events.Recorder(kube)})
+    entries = {entry.spec.boot_mac_address: [entry]} if indexed else {}
+    by_mac = cast(kopf.Index[str, serving.Served], entries)
+    by_token = cast(kopf.Index[str, serving.Served], {entry.token: [entry]} if indexed else {})
+    memo = cast(
+        kopf.Memo,
+        {
+            reconciling.KUBE_KEY: kube,
+            reconciling.EVENTS_KEY: events.Recorder(kube),
+            ATTEMPTS_KEY: attempts or OpenedAttempts(),
+        },
+    )
     settings = settings or BaremetalSettings(boot_url="http://boot:8081")
     lookup = serving.Lookup(memo, by_mac, by_token, settings, images)
     async with TestClient(TestServer(serving.application(lookup))) as client:
@@ -252,6 +263,16 @@ async def test_an_instance_the_index_knows_only_by_its_mac_is_read_from_the_api_
         assert script.splitlines()[-1] == "exit"
 
 
+async def test_a_token_the_index_has_not_seen_is_served_if_this_process_opened_its_attempt() -> None:
+    body = instance()
+    attempts = OpenedAttempts()
+    async with serving_with(FakeKube(body), body, attempts=attempts, indexed=False) as (client, token):
+        assert (await client.get(f"/seed/{token}/meta-data")).status == 404
+        attempts.opened(token, "ns", "bm")
+        assert (await client.get(f"/seed/{token}/meta-data")).status == 200
+        assert (await client.get("/seed/not-a-token/meta-data")).status == 404
+
+
 async def test_the_seed_and_callback_die_with_their_attempt() -> None:
     body = instance()
     async with serving_of(body) as (client, _, token):
@@ -298,7 +319,14 @@ async def test_an_attempt_is_served_only_to_the_address_that_fetched_its_script(
     bound address is served as before."""
     body = instance()
     kube = FakeKube(body)
-    memo = cast(kopf.Memo, {reconciling.KUBE_KEY: kube, reconciling.EVENTS_KEY: events.Recorder(kube)})
+    memo = cast(
+        kopf.Memo,
+        {
+            reconciling.KUBE_KEY: kube,
+            reconciling.EVENTS_KEY: events.Recorder(kube),
+            ATTEMPTS_KEY: OpenedAttempts(),
+        },
+    )
     settings = BaremetalSettings(boot_url="http://boot:8081", boot_socket="/run/capfleet-boot/boot.sock")
     by_mac = cast(kopf.Index[str, serving.Served], LiveIndex(kube, lambda e: e.spec.boot_mac_address))
     by_token = cast(kopf.Index[str, serving.Served], LiveIndex(kube, lambda e: e.token))

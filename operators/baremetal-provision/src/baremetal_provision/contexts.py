@@ -1,5 +1,6 @@
-"""What every baremetal-provision reconcile shares: the API client, the Event recorder, the settings and
-one lock per instance; and which Events its status writes post (none: `reporting` posts them).
+"""What every baremetal-provision reconcile shares: the API client, the Event recorder, the settings, one
+lock per instance and the boot attempts it opened; and which Events its status writes post (none:
+`reporting` posts them).
 
 A `Context` is built for each reconcile from the operator-wide memo (`Context.from_memo`): what the
 runtime put there at startup, and the instance locks this operator creates at startup (kopf gives each
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from baremetal_provision.backends import bmc
@@ -23,12 +24,36 @@ from capfleet.api.base import Condition
 
 INSTANCES = kinds.BAREMETAL_INSTANCE.resource
 LOCKS_KEY = "instance_locks"
+ATTEMPTS_KEY = "opened_attempts"
+
+
+@dataclass
+class OpenedAttempts:
+    """The instance of each boot attempt this process opened, by the attempt's token.
+
+    The boot server finds an instance by its token through kopf's index, which follows the watch and can
+    be seconds behind it when hundreds of servers provision at once: a deploy ramdisk quicker than that
+    would be refused its key, seed and callback. The operator opens every attempt itself, so it notes the
+    token here before the power-on, and the boot server reads such an instance from the API server."""
+
+    instances: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    def opened(self, token: str, namespace: str, name: str) -> None:
+        self.instances[token] = (namespace, name)
+
+    def instance_of(self, token: str) -> tuple[str, str] | None:
+        return self.instances.get(token)
+
+    def forget(self, namespace: str, name: str) -> None:
+        for token in [t for t, owner in self.instances.items() if owner == (namespace, name)]:
+            del self.instances[token]
 
 
 @dataclass
 class Context(reconciling.Context):
     settings: BaremetalSettings = reconciling.in_memo(reconciling.SETTINGS_KEY)
     locks: dict[str, asyncio.Lock] = reconciling.in_memo(LOCKS_KEY)
+    attempts: OpenedAttempts = reconciling.in_memo(ATTEMPTS_KEY)
 
     async def announce(self, body: Mapping[str, Any], ready: Condition) -> None:
         """Posts nothing on Ready's transitions: this operator's Events are its phases and errors
@@ -44,8 +69,9 @@ class Context(reconciling.Context):
         return self.locks.setdefault(_key(meta), asyncio.Lock())
 
     def forget(self, meta: Mapping[str, Any]) -> None:
-        """Drop a deleted instance's lock."""
+        """Drop a deleted instance's lock and the attempts it had."""
         self.locks.pop(_key(meta), None)
+        self.attempts.forget(str(meta.get("namespace") or ""), str(meta["name"]))
 
 
 def _key(meta: Mapping[str, Any]) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 import kopf
 
 from baremetal_provision import imagecache, markers, provisioning, serving
-from baremetal_provision.contexts import LOCKS_KEY, Context
+from baremetal_provision.contexts import ATTEMPTS_KEY, LOCKS_KEY, Context, OpenedAttempts
 from baremetal_provision.settings import BaremetalSettings
 from capfleet import reconciling, runtime
 from capfleet.api import kinds
@@ -53,6 +53,7 @@ async def start_boot_server(memo: kopf.Memo, **kwargs: Any) -> None:
     markers.redact_logs(logging.getLogger())
     # In the operator-wide memo at startup: kopf gives each object a shallow copy of it.
     memo[LOCKS_KEY] = {}
+    memo[ATTEMPTS_KEY] = OpenedAttempts()
     # kopf passes its indexes by name; its startup handler type does not declare them.
     by_mac, by_token = kwargs["instances_by_mac"], kwargs["instances_by_token"]
     images = imagecache.open_cache(settings.image_cache_dir)

@@ -134,6 +134,9 @@ async def _power_off(run: Pass) -> None:
 
 
 async def _network_boot(run: Pass) -> None:
+    token = markers.token_of(run.meta)
+    if token is not None:  # for the boot server, ahead of its index
+        run.ctx.attempts.opened(token, str(run.meta.get("namespace") or ""), str(run.meta["name"]))
     if run.boot_mark == markers.NETWORK_BOOTED:
         await run.mark(markers.BOOT_WINDOW)  # before the power-on: the server may ask at once
     await run.target.set_boot_device("pxe", once=True)

@@ -30,7 +30,7 @@ import kopf
 from aiohttp import web
 
 from baremetal_provision import booting, markers, ramdisk_args, reports
-from baremetal_provision.contexts import INSTANCES
+from baremetal_provision.contexts import ATTEMPTS_KEY, INSTANCES, OpenedAttempts
 from baremetal_provision.front import REQUESTER_HEADER
 from baremetal_provision.imagecache import ImageCache
 from baremetal_provision.settings import BaremetalSettings
@@ -118,7 +118,8 @@ class Lookup:
         return next(iter(store), None) if store is not None else None
 
     async def find_current(self, index: kopf.Index[str, Served], key: str) -> Served | None:
-        """The instance of `key`; read from the API server when its index entry shows no attempt open.
+        """The instance of `key`; read from the API server when its index entry shows no attempt open, or
+        when the index has no token `key` but this process opened an attempt with it (`OpenedAttempts`).
 
         The index follows the watch, a moment behind the API server: the operator opens the boot window,
         then powers the server on, and a server that is on at once (or an index behind a busy watch) can
@@ -126,15 +127,27 @@ class Lookup:
         until the attempt times out. (Anyone on the provisioning network who knows a MAC can make it read
         once per request, as binding an open attempt to its address already does.)"""
         served = self.find(index, key)
-        if served is None or served.attempt_open or served.cleaning:
+        if served is not None and (served.attempt_open or served.cleaning):
             return served
+        if served is not None:
+            namespace, name, token = served.namespace, served.name, served.token
+        else:
+            # A token the index has not seen: one this process just opened, if any.
+            opened = self.attempts.instance_of(key) if index is self.by_token else None
+            if opened is None:
+                return None
+            (namespace, name), token = opened, key
         try:
-            body = await self.kube.get(INSTANCES, served.name, served.namespace)
+            body = await self.kube.get(INSTANCES, name, namespace)
         except KubeError as exc:
-            log.warning("cannot read %s/%s: %s", served.namespace, served.name, exc)
+            log.warning("cannot read %s/%s: %s", namespace, name, exc)
             return served
         current = served_of(body) if body is not None else None
-        return current if current is not None and served.token in ("", current.token) else served
+        return current if current is not None and token in ("", current.token) else served
+
+    @property
+    def attempts(self) -> OpenedAttempts:
+        return reconciling.from_memo(self.memo, ATTEMPTS_KEY, OpenedAttempts)
 
     @property
     def kube(self) -> Kube:

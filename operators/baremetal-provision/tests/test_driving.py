@@ -168,6 +168,26 @@ async def test_a_new_instance_is_powered_off_then_network_booted_once() -> None:
     assert kube.finalizers == {"bm-bmc": {HOLD}}
 
 
+async def test_a_new_instance_gets_its_token_and_the_boot_server_knows_it_before_the_power_on() -> None:
+    server = FakeBMC(power="Off")
+    ctx, kube = context(server)
+    known_at_power_on: list[bool] = []
+    power_on = server.power_on
+
+    async def noting_attempts() -> None:
+        token = markers.token_of({"name": "bm", "namespace": "ns", "annotations": dict(kube.annotations)})
+        known_at_power_on.append(token is not None and ctx.attempts.instance_of(token) == ("ns", "bm"))
+        await power_on()
+
+    server.power_on = noting_attempts  # type: ignore[method-assign]
+    given = body()
+    del given["metadata"]["annotations"][markers.TOKEN_SECRET]
+    await provisioning.reconcile(ctx, given)
+    assert known_at_power_on == [True]
+    ctx.forget(given["metadata"])
+    assert ctx.attempts.instances == {}
+
+
 async def test_a_restart_while_network_booting_does_not_power_cycle_again() -> None:
     server = FakeBMC(power="On", device="pxe", override="Once")
     ctx, kube = context(server)

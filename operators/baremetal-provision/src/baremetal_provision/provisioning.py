@@ -80,9 +80,13 @@ async def _annotate(ctx: Context, meta: Mapping[str, Any], changes: Mapping[str,
     await ctx.kube.patch(INSTANCES, meta["name"], patch, meta["namespace"])
 
 
-async def ensure_token(ctx: Context, meta: Mapping[str, Any]) -> None:
-    if not markers.annotations_of(meta).get(markers.TOKEN_SECRET):
-        await _annotate(ctx, meta, {markers.TOKEN_SECRET: markers.new_token_secret()})
+async def ensure_token(ctx: Context, meta: Mapping[str, Any]) -> dict[str, str]:
+    """Give the instance its token secret unless it has one; the annotation written (none: it had one)."""
+    if markers.annotations_of(meta).get(markers.TOKEN_SECRET):
+        return {}
+    written = {markers.TOKEN_SECRET: markers.new_token_secret()}
+    await _annotate(ctx, meta, written)
+    return written
 
 
 @dataclass
@@ -266,10 +270,11 @@ async def reconcile(ctx: Context, body: Mapping[str, Any]) -> None:
 
 async def _provision(ctx: Context, instance: BaremetalInstance, status: InstanceStatus) -> None:
     check_spec(instance)
-    await ensure_token(ctx, instance.metadata)
+    written = await ensure_token(ctx, instance.metadata)
     target = await open_bmc(ctx, instance)
     try:
         run = Pass(ctx, target, instance, status, boot_mark=markers.NETWORK_BOOTED)
+        run.meta["annotations"] = {**markers.annotations_of(run.meta), **written}  # this pass sees its token
         await drive(run, provisioning_decision, report_after=FINISHING)
     finally:
         await target.close()

@@ -11,6 +11,7 @@ finalizers. The wake-up registry and the cache are created at startup in the ope
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import kopf
@@ -54,10 +55,22 @@ def wakeups(memo: kopf.Memo) -> Wakeups:
     return reconciling.from_memo(memo, WAKEUPS_KEY, Wakeups)
 
 
-def remember(memo: kopf.Memo, resource: kopf.Resource, event: kopf.RawEvent) -> None:
-    """Keep what the event shows in the watch cache (the raw object: kopf's views wrap it)."""
-    cache = reconciling.from_memo(memo, CACHE_KEY, WatchCache)
-    cache.seen(resource, event["object"], deleted=event["type"] == "DELETED")
+WatchHandler = Callable[..., None]
+
+
+def remembering(handler: WatchHandler) -> WatchHandler:
+    """`handler`, after keeping what its event shows in the watch cache (the raw object: kopf's views
+    wrap it)."""
+
+    @functools.wraps(handler)
+    def remember_then_handle(
+        *, resource: kopf.Resource, event: kopf.RawEvent, memo: kopf.Memo, **kwargs: Any
+    ) -> None:
+        cache = reconciling.from_memo(memo, CACHE_KEY, WatchCache)
+        cache.seen(resource, event["object"], deleted=event["type"] == "DELETED")
+        handler(memo=memo, **kwargs)
+
+    return remember_then_handle
 
 
 def _namespaced(namespace: str | None) -> str:
@@ -102,29 +115,16 @@ async def delete_cluster(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
 
 
 @kopf.on.event(*HYBRID_MACHINES.watch)
-def machine_changed(
-    name: str,
-    namespace: str | None,
-    resource: kopf.Resource,
-    event: kopf.RawEvent,
-    memo: kopf.Memo,
-    **_: Any,
-) -> None:
-    remember(memo, resource, event)
+@remembering
+def machine_changed(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
     wakeups(memo).poke(Key(HYBRID_MACHINE, _namespaced(namespace), name))
 
 
 @kopf.on.event(*HYBRID_CLUSTERS.watch)
+@remembering
 def hybrid_cluster_changed(
-    name: str,
-    namespace: str | None,
-    labels: kopf.Labels,
-    resource: kopf.Resource,
-    event: kopf.RawEvent,
-    memo: kopf.Memo,
-    **_: Any,
+    name: str, namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any
 ) -> None:
-    remember(memo, resource, event)
     registry = wakeups(memo)
     registry.poke(Key(HYBRID_CLUSTER, _namespaced(namespace), name))
     cluster = labels.get(ownership.CLUSTER_NAME_LABEL)
@@ -133,28 +133,14 @@ def hybrid_cluster_changed(
 
 
 @kopf.on.event(*CLUSTERS.watch)
-def cluster_changed(
-    name: str,
-    namespace: str | None,
-    resource: kopf.Resource,
-    event: kopf.RawEvent,
-    memo: kopf.Memo,
-    **_: Any,
-) -> None:
-    remember(memo, resource, event)
+@remembering
+def cluster_changed(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
     wakeups(memo).poke_cluster(_namespaced(namespace), name)
 
 
 @kopf.on.event(*MACHINES.watch)
-def capi_machine_changed(
-    body: kopf.Body,
-    namespace: str | None,
-    resource: kopf.Resource,
-    event: kopf.RawEvent,
-    memo: kopf.Memo,
-    **_: Any,
-) -> None:
-    remember(memo, resource, event)
+@remembering
+def capi_machine_changed(body: kopf.Body, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
     ref = capi.Machine.parse(body).spec.infrastructure_ref
     if ref is not None and ref.kind == HYBRID_MACHINE and ref.name:
         wakeups(memo).poke(Key(HYBRID_MACHINE, _namespaced(namespace), ref.name))
@@ -165,15 +151,8 @@ def capi_machine_changed(
 @kopf.on.event(*NETBOX_VMS.watch)
 @kopf.on.event(*NETBOX_DEVICES.watch)
 @kopf.on.event(*INSTANCES.watch)
-def child_changed(
-    meta: kopf.Meta,
-    namespace: str | None,
-    resource: kopf.Resource,
-    event: kopf.RawEvent,
-    memo: kopf.Memo,
-    **_: Any,
-) -> None:
-    remember(memo, resource, event)
+@remembering
+def child_changed(meta: kopf.Meta, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
     registry = wakeups(memo)
     for ref in meta.get("ownerReferences") or []:
         if ref.get("kind") in (HYBRID_MACHINE, HYBRID_CLUSTER):
@@ -181,6 +160,6 @@ def child_changed(
 
 
 @kopf.on.event(*ADDRESSES.watch)
-def address_changed(resource: kopf.Resource, event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-    # Only kept: the claim's own change (its addressRef) is what wakes the machine.
-    remember(memo, resource, event)
+@remembering
+def address_changed(**_: Any) -> None:
+    """Only kept: the claim's own change (its addressRef) is what wakes the machine."""

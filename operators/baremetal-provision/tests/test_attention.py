@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from baremetal_provision import markers, provisioning, serving
+from baremetal_provision import markers, provisioning
 from baremetal_provision.backends import base, bmc
+from baremetal_provision.served import served_of
 from capfleet import errors
 from capfleet.api import kinds
 
@@ -68,13 +69,13 @@ def test_deleted_instances_are_served_only_while_they_are_cleaned() -> None:
         "deletionTimestamp": "2026-01-01T00:00:00Z",
         "annotations": {markers.TOKEN_SECRET: "s" * 64},
     }
-    cleaning = serving.served_of(instance(meta, cleaning="metadata"))
+    cleaning = served_of(instance(meta, cleaning="metadata"))
     assert cleaning is not None
     assert cleaning.cleaning
-    assert serving.served_of(instance(meta, cleaning="disabled")) is None
+    assert served_of(instance(meta, cleaning="disabled")) is None
     cleaned = {**meta, "annotations": {**meta["annotations"], markers.CLEANED: markers.now()}}
-    assert serving.served_of(instance(cleaned, cleaning="metadata")) is None
-    live = serving.served_of(instance({**meta, "deletionTimestamp": None}, cleaning="metadata"))
+    assert served_of(instance(cleaned, cleaning="metadata")) is None
+    live = served_of(instance({**meta, "deletionTimestamp": None}, cleaning="metadata"))
     assert live is not None
     assert not live.cleaning
     assert live.spec.boot_mac_address == "52:54:00:aa:bb:01"

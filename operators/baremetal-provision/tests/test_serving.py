@@ -22,6 +22,7 @@ from baremetal_helpers import b64
 
 from baremetal_provision import front, imagecache, markers, reports, serving
 from baremetal_provision.contexts import ATTEMPTS_KEY, INSTANCES, OpenedAttempts
+from baremetal_provision.served import Served, served_of
 from baremetal_provision.settings import BaremetalSettings
 from capfleet import cloudinit, events, reconciling, resources
 from capfleet.api import kinds
@@ -110,11 +111,11 @@ async def serving_with(
 ) -> AsyncIterator[tuple[TestClient[Any, Any], str]]:
     """The boot server answering for one instance (`body`) through `kube`, with its token; unless
     `indexed`, its indexes have not seen it yet."""
-    entry = serving.served_of(body)
+    entry = served_of(body)
     assert entry is not None
     entries = {entry.spec.boot_mac_address: [entry]} if indexed else {}
-    by_mac = cast(kopf.Index[str, serving.Served], entries)
-    by_token = cast(kopf.Index[str, serving.Served], {entry.token: [entry]} if indexed else {})
+    by_mac = cast(kopf.Index[str, Served], entries)
+    by_token = cast(kopf.Index[str, Served], {entry.token: [entry]} if indexed else {})
     memo = cast(
         kopf.Memo,
         {
@@ -289,17 +290,17 @@ async def test_the_seed_and_callback_die_with_their_attempt() -> None:
         assert (await client.get(f"/seed/{token}/user-data")).status == 404, "no seed after the callback"
 
 
-class LiveIndex(Mapping[str, list[serving.Served]]):
+class LiveIndex(Mapping[str, list[Served]]):
     """kopf's index of the one instance as FakeKube holds it now (as kopf's watch keeps it current)."""
 
-    def __init__(self, kube: FakeKube, key: Callable[[serving.Served], str]) -> None:
+    def __init__(self, kube: FakeKube, key: Callable[[Served], str]) -> None:
         self.kube, self.key = kube, key
 
-    def _entry(self) -> serving.Served | None:
+    def _entry(self) -> Served | None:
         meta = {**self.kube.instance["metadata"], "annotations": dict(self.kube.annotations)}
-        return serving.served_of({**self.kube.instance, "metadata": meta})
+        return served_of({**self.kube.instance, "metadata": meta})
 
-    def __getitem__(self, key: str) -> list[serving.Served]:
+    def __getitem__(self, key: str) -> list[Served]:
         entry = self._entry()
         if entry is None or self.key(entry) != key:
             raise KeyError(key)
@@ -328,8 +329,8 @@ async def test_an_attempt_is_served_only_to_the_address_that_fetched_its_script(
         },
     )
     settings = BaremetalSettings(boot_url="http://boot:8081", boot_socket="/run/capfleet-boot/boot.sock")
-    by_mac = cast(kopf.Index[str, serving.Served], LiveIndex(kube, lambda e: e.spec.boot_mac_address))
-    by_token = cast(kopf.Index[str, serving.Served], LiveIndex(kube, lambda e: e.token))
+    by_mac = cast(kopf.Index[str, Served], LiveIndex(kube, lambda e: e.spec.boot_mac_address))
+    by_token = cast(kopf.Index[str, Served], LiveIndex(kube, lambda e: e.token))
     lookup = serving.Lookup(memo, by_mac, by_token, settings)
     server, other = {front.REQUESTER_HEADER: "172.30.1.50"}, {front.REQUESTER_HEADER: "172.30.1.66"}
     token = markers.token_of({**body["metadata"], "annotations": kube.annotations})

@@ -19,6 +19,7 @@ import kopf
 
 from baremetal_provision import imagecache, markers, provisioning, serving
 from baremetal_provision.contexts import ATTEMPTS_KEY, LOCKS_KEY, Context, OpenedAttempts
+from baremetal_provision.served import Served, served_of
 from baremetal_provision.settings import BaremetalSettings
 from capfleet import reconciling, runtime
 from capfleet.api import kinds
@@ -35,14 +36,14 @@ IMAGE_CACHE_KEY = "image_cache"
 
 
 @kopf.index(*INSTANCES)
-def instances_by_mac(body: kopf.Body, **_: Any) -> dict[str, serving.Served]:
-    served = serving.served_of(body)
+def instances_by_mac(body: kopf.Body, **_: Any) -> dict[str, Served]:
+    served = served_of(body)
     return {served.spec.boot_mac_address: served} if served is not None else {}
 
 
 @kopf.index(*INSTANCES)
-def instances_by_token(body: kopf.Body, **_: Any) -> dict[str, serving.Served]:
-    served = serving.served_of(body)
+def instances_by_token(body: kopf.Body, **_: Any) -> dict[str, Served]:
+    served = served_of(body)
     return {served.token: served} if served is not None and served.token else {}
 
 

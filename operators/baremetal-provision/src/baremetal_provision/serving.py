@@ -21,7 +21,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NoReturn
@@ -33,73 +32,14 @@ from baremetal_provision import booting, markers, ramdisk_args, reports
 from baremetal_provision.contexts import ATTEMPTS_KEY, INSTANCES, OpenedAttempts
 from baremetal_provision.front import REQUESTER_HEADER
 from baremetal_provision.imagecache import ImageCache
+from baremetal_provision.served import Served, served_of
 from baremetal_provision.settings import BaremetalSettings
 from capfleet import events, metrics, reconciling, resources
-from capfleet.api import kinds
-from capfleet.api.baremetal import BaremetalInstanceSpec, Image, OSProfile
+from capfleet.api.baremetal import Image, OSProfile
 from capfleet.kube import Conflict, Kube, KubeError
 
 log = logging.getLogger(__name__)
 SEED_FILES = {"user-data", "meta-data", "network-config"}
-
-
-@dataclass(frozen=True)
-class Served:
-    """What the HTTP server needs of one instance (an index value)."""
-
-    namespace: str
-    name: str
-    token: str
-    spec: BaremetalInstanceSpec
-    called_back: bool
-    cleaning: bool = False
-    """Deleted and being cleaned: the cleaning profile is served, and only the cleaning callback."""
-    network_booted_at: str | None = None
-    requester: str | None = None
-    """The address this attempt is bound to (the one that fetched its per-MAC script), once known."""
-    callback_key: str = ""
-    """What the deploy ramdisk's callbacks of this attempt are signed with (served once)."""
-    cleaning_key: str = ""
-    window_opened: bool = False
-    """The operator opened this attempt's boot window (it is about to network-boot the server)."""
-    failure_reported: bool = False
-    exhausted: bool = False
-    """Every provisioning attempt failed: nothing is network-booted any more."""
-
-    @property
-    def attempt_open(self) -> bool:
-        """Between the operator's network boot and the attempt's end (callback, failure, or the last
-        attempt spent): the only time its script, seed and callback are served."""
-        ended = self.called_back or self.failure_reported or self.exhausted
-        return bool(self.token) and self.window_opened and not ended and not self.cleaning
-
-
-def served_of(body: Mapping[str, Any]) -> Served | None:
-    """The index entry of an instance not deleted (unless it is being cleaned). One without a token yet
-    (token "") serves nothing, but its MAC is known: a server asking by it makes the boot server read the
-    instance afresh (`Lookup.find_current`)."""
-    instance = kinds.BAREMETAL_INSTANCE.parse(body)
-    meta, spec = instance.metadata, instance.spec
-    token = markers.token_of(meta) or ""
-    cleaning = bool(token) and markers.cleaning_pending(meta, spec)
-    if meta.get("deletionTimestamp") and not cleaning:
-        return None
-    found = markers.annotations_of(meta)
-    return Served(
-        namespace=str(meta["namespace"]),
-        name=str(meta["name"]),
-        token=token,
-        spec=spec,
-        called_back=bool(found.get(markers.CALLED_BACK)),
-        cleaning=cleaning,
-        network_booted_at=found.get(markers.NETWORK_BOOTED),
-        requester=found.get(markers.BOOT_REQUESTER),
-        callback_key=markers.callback_key(meta) or "",
-        cleaning_key=markers.callback_key(meta, cleaning=True) or "",
-        window_opened=bool(found.get(markers.BOOT_WINDOW) or found.get(markers.NETWORK_BOOTED)),
-        failure_reported=bool(found.get(markers.FAILURE_REPORTED)),
-        exhausted=markers.count(found.get(markers.FAILED_ATTEMPTS)) >= spec.max_provisioning_attempts,
-    )
 
 
 @dataclass

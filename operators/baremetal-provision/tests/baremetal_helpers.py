@@ -28,6 +28,22 @@ OPERATOR_ENV = {"CAPFLEET_BMC_SHUTDOWN_SECONDS": "3", "CAPFLEET_BMC_POWER_WAIT_S
 USER_DATA = "#cloud-config\nruncmd: [echo installed-by-capfleet]\n"
 
 
+def instance_body(annotations: dict[str, str], **spec: Any) -> dict[str, Any]:
+    """A BaremetalInstance `bm` in `ns` booting a custom installer, as the API server would hand it over."""
+    return {
+        "apiVersion": f"{kinds.BAREMETAL_GROUP}/{kinds.VERSION}",
+        "kind": "BaremetalInstance",
+        "metadata": {"name": "bm", "namespace": "ns", "uid": "u1", "annotations": annotations},
+        "spec": {
+            "bmc": {"address": "ipmi://10.0.0.1", "credentialsSecretRef": {"name": "bm-bmc"}},
+            "bootMACAddress": "52:54:00:aa:bb:01",
+            "os": {"kernelURL": "http://h/k", "initrdURL": "http://h/i"},
+            "userDataSecretRef": {"name": "bm-bootstrap"},
+            **spec,
+        },
+    }
+
+
 def b64(value: str) -> str:
     return base64.b64encode(value.encode()).decode()
 

@@ -1,133 +1,27 @@
 """The boot HTTP server's answers, against kopf-like indexes and a fake API (no cluster): the per-MAC
 iPXE script, the NoCloud seed under the instance's token, the guest's callbacks (what a hostile caller
-can and cannot put in the marks) and the image cache against a real upstream HTTP server."""
+can and cannot put in the marks), and what it serves before kopf's index caught up."""
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import contextlib
-import hashlib
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from pathlib import Path
 from typing import Any, cast
 
-import aiohttp
 import kopf
 import pytest
 import yaml
-from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from baremetal_helpers import b64
+from boot_server_harness import FakeKube, instance, serving_of, serving_with
 
-from baremetal_provision import front, imagecache, markers, reports, serving
+from baremetal_provision import front, markers, serving
 from baremetal_provision.contexts import ATTEMPTS_KEY, INSTANCES, OpenedAttempts
 from baremetal_provision.served import Served, served_of
 from baremetal_provision.settings import BaremetalSettings
 from capfleet import cloudinit, events, reconciling, resources
-from capfleet.api import kinds
-from capfleet.kube import Conflict, Kube, Obj
-from capfleet.resources import Resource
+from capfleet.kube import Kube
 from capfleet_e2e.waiting import eventually
-
-TOKEN_SECRET = "s" * 64
-
-
-class FakeKube(Kube):
-    """The instance and its user-data Secret; the annotations the server writes, with the API server's
-    resourceVersion precondition; the Events it posts (a `Kube`, as memo must hold one)."""
-
-    def __init__(self, instance: dict[str, Any]) -> None:
-        self.instance = instance
-        self.annotations: dict[str, str] = dict(instance["metadata"].get("annotations") or {})
-        self.version = 1
-        self.events: list[dict[str, Any]] = []
-        self.field_manager = "test"
-
-    async def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any] | None:
-        if resource == INSTANCES:
-            meta = {**self.instance["metadata"], "annotations": dict(self.annotations)}
-            return {**self.instance, "metadata": {**meta, "resourceVersion": str(self.version)}}
-        assert (name, namespace) == ("bm-bootstrap", "ns")
-        return {"data": {"value": base64.b64encode(b"#cloud-config\n").decode()}}
-
-    async def patch(
-        self,
-        resource: Resource,
-        name: str,
-        patch: dict[str, Any],
-        namespace: str | None = None,
-        *,
-        strategic: bool = False,
-    ) -> dict[str, Any] | None:
-        if patch["metadata"].get("resourceVersion", str(self.version)) != str(self.version):
-            raise Conflict(409, "Conflict", "the object has been modified")
-        self.annotations.update(patch["metadata"]["annotations"])
-        self.version += 1
-        return None
-
-    async def create(self, resource: Resource, body: dict[str, Any], namespace: str | None = None) -> Obj:
-        self.events.append(body)
-        return body
-
-
-def instance(**spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{kinds.BAREMETAL_GROUP}/{kinds.VERSION}",
-        "kind": "BaremetalInstance",
-        "metadata": {
-            "name": "bm",
-            "namespace": "ns",
-            "annotations": {markers.TOKEN_SECRET: TOKEN_SECRET, markers.BOOT_WINDOW: "2026-01-01T00:00:00Z"},
-        },
-        "spec": {
-            "bmc": {"address": "ipmi://10.0.0.1", "credentialsSecretRef": {"name": "bm-bmc"}},
-            "bootMACAddress": "52:54:00:aa:bb:01",
-            "os": {"kernelURL": "http://h/k", "initrdURL": "http://h/i"},
-            "userDataSecretRef": {"name": "bm-bootstrap"},
-            **spec,
-        },
-    }
-
-
-@contextlib.asynccontextmanager
-async def serving_of(
-    body: dict[str, Any], images: imagecache.ImageCache | None = None
-) -> AsyncIterator[tuple[TestClient[Any, Any], FakeKube, str]]:
-    """The boot server answering for one instance (`body`), with its token."""
-    kube = FakeKube(body)
-    async with serving_with(kube, body, images) as (client, token):
-        yield client, kube, token
-
-
-@contextlib.asynccontextmanager
-async def serving_with(
-    kube: Kube,
-    body: dict[str, Any],
-    images: imagecache.ImageCache | None = None,
-    settings: BaremetalSettings | None = None,
-    attempts: OpenedAttempts | None = None,
-    indexed: bool = True,
-) -> AsyncIterator[tuple[TestClient[Any, Any], str]]:
-    """The boot server answering for one instance (`body`) through `kube`, with its token; unless
-    `indexed`, its indexes have not seen it yet."""
-    entry = served_of(body)
-    assert entry is not None
-    entries = {entry.spec.boot_mac_address: [entry]} if indexed else {}
-    by_mac = cast(kopf.Index[str, Served], entries)
-    by_token = cast(kopf.Index[str, Served], {entry.token: [entry]} if indexed else {})
-    memo = cast(
-        kopf.Memo,
-        {
-            reconciling.KUBE_KEY: kube,
-            reconciling.EVENTS_KEY: events.Recorder(kube),
-            ATTEMPTS_KEY: attempts or OpenedAttempts(),
-        },
-    )
-    settings = settings or BaremetalSettings(boot_url="http://boot:8081")
-    lookup = serving.Lookup(memo, by_mac, by_token, settings, images)
-    async with TestClient(TestServer(serving.application(lookup))) as client:
-        yield client, entry.token
 
 
 @pytest.fixture
@@ -361,82 +255,6 @@ async def test_an_attempt_is_served_only_to_the_address_that_fetched_its_script(
         assert markers.CALLED_BACK in kube.annotations
 
 
-IMAGE_BYTES = bytes(range(256)) * 4096
-DIGEST = hashlib.sha256(IMAGE_BYTES).hexdigest()
-
-
-def image_instance(image: dict[str, str], annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    body = instance(image=image)
-    del body["spec"]["os"]
-    body["metadata"]["annotations"].update(annotations or {})
-    return body
-
-
-async def test_an_image_instance_gets_the_deploy_ramdisk_until_it_reported(tmp_path: Path) -> None:
-    image = {"url": "https://images.example/node.raw", "checksum": DIGEST}
-    async with serving_of(image_instance(image)) as (client, _, token):
-        script = await (await client.get("/ipxe", params={"mac": "52:54:00:aa:bb:01"})).text()
-        assert "kernel http://boot:8081/deploy/vmlinuz " in script
-        assert f"capfleet.callback=http://boot:8081/callback/{token}" in script.split()
-        assert "capfleet.image=https://images.example/node.raw" in script.split()
-    for marks in (
-        {markers.FAILURE_REPORTED: "BadChecksum: x"},
-        {markers.FAILED_ATTEMPTS: "3"},
-        {markers.CALLED_BACK: "2026-01-01T00:00:00Z"},
-    ):
-        async with serving_of(image_instance(image, marks)) as (client, _, _):
-            script = await (await client.get("/ipxe", params={"mac": "52:54:00:aa:bb:01"})).text()
-            assert script.splitlines()[-1] == "exit", f"no network boot after {marks}"
-
-
-async def test_the_ramdisk_signs_its_callback_with_a_key_served_once() -> None:
-    """The per-attempt key goes to the first fetch only (a second is refused with a Warning Event); an
-    image instance's callback without its signature, or with a wrong one, is refused and changes nothing;
-    a custom installer's (which has no key) is taken as before."""
-    image = {"url": "https://images.example/node.raw", "checksum": DIGEST}
-    async with serving_of(image_instance(image)) as (client, kube, token):
-        script = await (await client.get("/ipxe", params={"mac": "52:54:00:aa:bb:01"})).text()
-        assert f"capfleet.key=http://boot:8081/key/{token}" in script.split()
-        first = await client.get(f"/key/{token}")
-        key = await first.text()
-        assert (first.status, len(key)) == (200, 64)
-        assert key not in script, "the key is in no script or URL"
-        assert (await client.get(f"/key/{token}")).status == 403
-        [event] = kube.events
-        assert (event["type"], event["reason"]) == ("Warning", "CallbackKeyRefetchRefused")
-        assert key not in event["message"]
-        body = b"deployed\nseconds_total: 40\n"
-        query = {"result": "deployed"}
-        assert (await client.post(f"/callback/{token}", params=query, data=body)).status == 403
-        forged = {**query, "sig": reports.signature("00" * 32, "deployed", "", body)}
-        assert (await client.post(f"/callback/{token}", params=forged, data=body)).status == 403
-        tampered = {**query, "sig": reports.signature(key, "deployed", "", body)}
-        assert (await client.post(f"/callback/{token}", params=tampered, data=body + b"x")).status == 403
-        assert markers.CALLED_BACK not in kube.annotations
-        assert (await client.post(f"/callback/{token}", params=tampered, data=body)).status == 204
-        assert markers.CALLED_BACK in kube.annotations
-    async with serving_of(instance()) as (client, kube, token):
-        assert (await client.get(f"/key/{token}")).status == 404, "a custom installer gets no key"
-
-
-async def test_the_cleaner_signs_its_callback_with_a_key_of_its_own() -> None:
-    image = {"url": "https://images.example/node.raw", "checksum": DIGEST}
-    body = image_instance(image, {markers.CALLED_BACK: "2026-01-01T00:00:00Z"})
-    body["metadata"]["deletionTimestamp"] = "2026-01-02T00:00:00Z"
-    async with serving_of(body) as (client, kube, token):
-        key = await (await client.get(f"/key/{token}")).text()
-        assert key == markers.callback_key(body["metadata"], cleaning=True)
-        assert key != markers.callback_key(body["metadata"]), "not the deployment's key"
-        report = b"wiped\n"
-        assert (
-            await client.post(f"/cleaned/{token}", params={"result": "cleaned"}, data=report)
-        ).status == 403
-        assert markers.CLEANED not in kube.annotations
-        signed = {"result": "cleaned", "sig": reports.signature(key, "cleaned", "", report)}
-        assert (await client.post(f"/cleaned/{token}", params=signed, data=report)).status == 204
-        assert markers.CLEANED in kube.annotations
-
-
 async def test_a_failure_report_is_kept_with_a_known_reason_and_without_the_token(
     served: tuple[TestClient[Any, Any], FakeKube, str],
 ) -> None:
@@ -453,63 +271,3 @@ async def test_a_failure_report_is_kept_with_a_known_reason_and_without_the_toke
     assert kept == "DownloadFailed: downloading http://boot:8081/images/<token>/image failed: 404?[31m"
     assert token not in kept
     assert markers.CALLED_BACK not in kube.annotations
-
-
-async def test_an_unknown_reason_is_not_taken_and_a_bare_callback_is_a_success() -> None:
-    async with serving_of(instance()) as (client, kube, token):
-        await client.post(
-            f"/callback/{token}", params={"result": "failed", "reason": "<script>"}, data="x" * 5000
-        )
-        kept = kube.annotations[markers.FAILURE_REPORTED]
-        assert kept.startswith("DeployFailed: xxx")
-        assert len(kept) < 400
-    async with serving_of(instance()) as (client, kube, token):
-        assert (await client.post(f"/callback/{token}")).status == 204
-        assert markers.CALLED_BACK in kube.annotations
-        assert (await client.post("/callback/not-the-token")).status == 404
-
-
-@contextlib.asynccontextmanager
-async def upstream(files: dict[str, bytes]) -> AsyncIterator[tuple[str, list[str]]]:
-    """A real HTTP server with `files`; yields its URL and the paths it was asked for."""
-    asked: list[str] = []
-
-    async def handle(request: web.Request) -> web.Response:
-        asked.append(request.path)
-        data = files.get(request.path)
-        return web.Response(body=data) if data is not None else web.Response(status=404)
-
-    app = web.Application()
-    app.router.add_get("/{path:.*}", handle)
-    async with TestServer(app) as server:
-        yield str(server.make_url("")).rstrip("/"), asked
-
-
-async def test_the_image_cache_downloads_once_per_checksum_and_keeps_only_verified_images(
-    tmp_path: Path,
-) -> None:
-    files = {
-        "/node.raw": IMAGE_BYTES,
-        "/node.sha256": f"{DIGEST}  node.raw\n".encode(),
-        "/bad.raw": b"tampered",
-    }
-    async with upstream(files) as (url, asked), aiohttp.ClientSession() as session:
-        cache = imagecache.ImageCache(tmp_path / "cache", session)
-        good = image_instance({"url": f"{url}/node.raw", "checksum": f"{url}/node.sha256"})
-        async with serving_of(good, cache) as (client, _, token):
-            assert (await (await client.get(f"/images/sha256?token={token}")).text()).strip() == DIGEST
-            for _ in range(2):
-                reply = await client.get(f"/images/image?token={token}")
-                assert (reply.status, await reply.read()) == (200, IMAGE_BYTES)
-            assert asked.count("/node.raw") == 1, "the second fetch is served from the cache"
-            assert (tmp_path / "cache" / DIGEST).read_bytes() == IMAGE_BYTES
-            assert (await client.get("/images/image?token=not-the-token")).status == 404
-        bad = image_instance({"url": f"{url}/bad.raw", "checksum": "0" * 64})
-        async with serving_of(bad, cache) as (client, _, token):
-            reply = await client.get(f"/images/image?token={token}")
-            assert await reply.read() == b"tampered", "served through, so the ramdisk reports BadChecksum"
-            assert not (tmp_path / "cache" / ("0" * 64)).exists()
-            assert [p.name for p in (tmp_path / "cache").iterdir()] == [DIGEST], "no partial file left"
-        missing = image_instance({"url": f"{url}/missing.raw", "checksum": "1" * 64})
-        async with serving_of(missing, cache) as (client, _, token):
-            assert (await client.get(f"/images/image?token={token}")).status == 404

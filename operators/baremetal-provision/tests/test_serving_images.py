@@ -1,0 +1,153 @@
+"""The boot HTTP server for instances with an image: the deploy ramdisk's script, its signed callbacks
+(keys served once, the cleaner's of its own), its failure reports, and the image cache against a real
+upstream HTTP server."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from boot_server_harness import instance, serving_of
+
+from baremetal_provision import imagecache, markers, reports
+
+IMAGE_BYTES = bytes(range(256)) * 4096
+DIGEST = hashlib.sha256(IMAGE_BYTES).hexdigest()
+
+
+def image_instance(image: dict[str, str], annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    body = instance(image=image)
+    del body["spec"]["os"]
+    body["metadata"]["annotations"].update(annotations or {})
+    return body
+
+
+async def test_an_image_instance_gets_the_deploy_ramdisk_until_it_reported(tmp_path: Path) -> None:
+    image = {"url": "https://images.example/node.raw", "checksum": DIGEST}
+    async with serving_of(image_instance(image)) as (client, _, token):
+        script = await (await client.get("/ipxe", params={"mac": "52:54:00:aa:bb:01"})).text()
+        assert "kernel http://boot:8081/deploy/vmlinuz " in script
+        assert f"capfleet.callback=http://boot:8081/callback/{token}" in script.split()
+        assert "capfleet.image=https://images.example/node.raw" in script.split()
+    for marks in (
+        {markers.FAILURE_REPORTED: "BadChecksum: x"},
+        {markers.FAILED_ATTEMPTS: "3"},
+        {markers.CALLED_BACK: "2026-01-01T00:00:00Z"},
+    ):
+        async with serving_of(image_instance(image, marks)) as (client, _, _):
+            script = await (await client.get("/ipxe", params={"mac": "52:54:00:aa:bb:01"})).text()
+            assert script.splitlines()[-1] == "exit", f"no network boot after {marks}"
+
+
+async def test_the_ramdisk_signs_its_callback_with_a_key_served_once() -> None:
+    """The per-attempt key goes to the first fetch only (a second is refused with a Warning Event); an
+    image instance's callback without its signature, or with a wrong one, is refused and changes nothing;
+    a custom installer's (which has no key) is taken as before."""
+    image = {"url": "https://images.example/node.raw", "checksum": DIGEST}
+    async with serving_of(image_instance(image)) as (client, kube, token):
+        script = await (await client.get("/ipxe", params={"mac": "52:54:00:aa:bb:01"})).text()
+        assert f"capfleet.key=http://boot:8081/key/{token}" in script.split()
+        first = await client.get(f"/key/{token}")
+        key = await first.text()
+        assert (first.status, len(key)) == (200, 64)
+        assert key not in script, "the key is in no script or URL"
+        assert (await client.get(f"/key/{token}")).status == 403
+        [event] = kube.events
+        assert (event["type"], event["reason"]) == ("Warning", "CallbackKeyRefetchRefused")
+        assert key not in event["message"]
+        body = b"deployed\nseconds_total: 40\n"
+        query = {"result": "deployed"}
+        assert (await client.post(f"/callback/{token}", params=query, data=body)).status == 403
+        forged = {**query, "sig": reports.signature("00" * 32, "deployed", "", body)}
+        assert (await client.post(f"/callback/{token}", params=forged, data=body)).status == 403
+        tampered = {**query, "sig": reports.signature(key, "deployed", "", body)}
+        assert (await client.post(f"/callback/{token}", params=tampered, data=body + b"x")).status == 403
+        assert markers.CALLED_BACK not in kube.annotations
+        assert (await client.post(f"/callback/{token}", params=tampered, data=body)).status == 204
+        assert markers.CALLED_BACK in kube.annotations
+    async with serving_of(instance()) as (client, kube, token):
+        assert (await client.get(f"/key/{token}")).status == 404, "a custom installer gets no key"
+
+
+async def test_the_cleaner_signs_its_callback_with_a_key_of_its_own() -> None:
+    image = {"url": "https://images.example/node.raw", "checksum": DIGEST}
+    body = image_instance(image, {markers.CALLED_BACK: "2026-01-01T00:00:00Z"})
+    body["metadata"]["deletionTimestamp"] = "2026-01-02T00:00:00Z"
+    async with serving_of(body) as (client, kube, token):
+        key = await (await client.get(f"/key/{token}")).text()
+        assert key == markers.callback_key(body["metadata"], cleaning=True)
+        assert key != markers.callback_key(body["metadata"]), "not the deployment's key"
+        report = b"wiped\n"
+        assert (
+            await client.post(f"/cleaned/{token}", params={"result": "cleaned"}, data=report)
+        ).status == 403
+        assert markers.CLEANED not in kube.annotations
+        signed = {"result": "cleaned", "sig": reports.signature(key, "cleaned", "", report)}
+        assert (await client.post(f"/cleaned/{token}", params=signed, data=report)).status == 204
+        assert markers.CLEANED in kube.annotations
+
+
+async def test_an_unknown_reason_is_not_taken_and_a_bare_callback_is_a_success() -> None:
+    async with serving_of(instance()) as (client, kube, token):
+        await client.post(
+            f"/callback/{token}", params={"result": "failed", "reason": "<script>"}, data="x" * 5000
+        )
+        kept = kube.annotations[markers.FAILURE_REPORTED]
+        assert kept.startswith("DeployFailed: xxx")
+        assert len(kept) < 400
+    async with serving_of(instance()) as (client, kube, token):
+        assert (await client.post(f"/callback/{token}")).status == 204
+        assert markers.CALLED_BACK in kube.annotations
+        assert (await client.post("/callback/not-the-token")).status == 404
+
+
+@contextlib.asynccontextmanager
+async def upstream(files: dict[str, bytes]) -> AsyncIterator[tuple[str, list[str]]]:
+    """A real HTTP server with `files`; yields its URL and the paths it was asked for."""
+    asked: list[str] = []
+
+    async def handle(request: web.Request) -> web.Response:
+        asked.append(request.path)
+        data = files.get(request.path)
+        return web.Response(body=data) if data is not None else web.Response(status=404)
+
+    app = web.Application()
+    app.router.add_get("/{path:.*}", handle)
+    async with TestServer(app) as server:
+        yield str(server.make_url("")).rstrip("/"), asked
+
+
+async def test_the_image_cache_downloads_once_per_checksum_and_keeps_only_verified_images(
+    tmp_path: Path,
+) -> None:
+    files = {
+        "/node.raw": IMAGE_BYTES,
+        "/node.sha256": f"{DIGEST}  node.raw\n".encode(),
+        "/bad.raw": b"tampered",
+    }
+    async with upstream(files) as (url, asked), aiohttp.ClientSession() as session:
+        cache = imagecache.ImageCache(tmp_path / "cache", session)
+        good = image_instance({"url": f"{url}/node.raw", "checksum": f"{url}/node.sha256"})
+        async with serving_of(good, cache) as (client, _, token):
+            assert (await (await client.get(f"/images/sha256?token={token}")).text()).strip() == DIGEST
+            for _ in range(2):
+                reply = await client.get(f"/images/image?token={token}")
+                assert (reply.status, await reply.read()) == (200, IMAGE_BYTES)
+            assert asked.count("/node.raw") == 1, "the second fetch is served from the cache"
+            assert (tmp_path / "cache" / DIGEST).read_bytes() == IMAGE_BYTES
+            assert (await client.get("/images/image?token=not-the-token")).status == 404
+        bad = image_instance({"url": f"{url}/bad.raw", "checksum": "0" * 64})
+        async with serving_of(bad, cache) as (client, _, token):
+            reply = await client.get(f"/images/image?token={token}")
+            assert await reply.read() == b"tampered", "served through, so the ramdisk reports BadChecksum"
+            assert not (tmp_path / "cache" / ("0" * 64)).exists()
+            assert [p.name for p in (tmp_path / "cache").iterdir()] == [DIGEST], "no partial file left"
+        missing = image_instance({"url": f"{url}/missing.raw", "checksum": "1" * 64})
+        async with serving_of(missing, cache) as (client, _, token):
+            assert (await client.get(f"/images/image?token={token}")).status == 404

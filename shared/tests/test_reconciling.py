@@ -1,4 +1,5 @@
-"""The reconcile kit's pure parts: settings from the environment, the typed memo accessor."""
+"""The reconcile kit's pure parts: settings from the environment, the typed memo accessor, and when
+Ready posts an Event."""
 
 from __future__ import annotations
 
@@ -89,3 +90,43 @@ def test_a_context_is_filled_from_memo_by_its_declared_keys() -> None:
     assert ctx.locks == {"a": 1}
     with pytest.raises(RuntimeError, match="example_locks"):
         ExampleContext.from_memo({**memo, "example_locks": "not a dict"})
+
+
+class Posted:
+    """The Event recorder's interface, keeping what would be posted."""
+
+    def __init__(self) -> None:
+        self.posted: list[tuple[str, str]] = []
+
+    async def transition(self, obj: object, event_type: str, reason: str, message: str) -> None:
+        self.posted.append((event_type, reason))
+
+
+async def test_ready_posts_an_event_when_true_or_false_and_none_while_a_step_waits() -> None:
+    from typing import Any
+
+    from capfleet.conditions import parse
+    from capfleet.kube import Kube
+
+    posted = Posted()
+    ctx = reconciling.Context(kube=object.__new__(Kube), recorder=posted)  # type: ignore[arg-type]
+    body: dict[str, Any] = {"metadata": {"name": "m", "uid": "1"}}
+    for status, reason in [
+        ("Unknown", "WaitingForBootstrapData"),
+        ("Unknown", "WaitingForServer"),
+        ("False", "InvalidSpec"),
+        ("True", "Provisioned"),
+    ]:
+        ready = parse(
+            [
+                {
+                    "type": "Ready",
+                    "status": status,
+                    "reason": reason,
+                    "message": "",
+                    "lastTransitionTime": "2026-11-27T00:00:00Z",
+                }
+            ]
+        )[0]
+        await ctx.announce(body, ready)
+    assert posted.posted == [("Warning", "InvalidSpec"), ("Normal", "Provisioned")]

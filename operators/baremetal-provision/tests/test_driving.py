@@ -8,13 +8,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, cast
 
 import pytest
+from baremetal_helpers import instance_body
 
 from baremetal_provision import markers, provisioning
 from baremetal_provision.backends.base import BMC, BootDevice, Credentials, PowerState, SystemFacts
 from baremetal_provision.contexts import Context, OpenedAttempts
 from baremetal_provision.settings import BaremetalSettings
 from capfleet import errors, events, pausing, secretholds
-from capfleet.api import kinds
 from capfleet.kube import Kube
 from capfleet.resources import Resource
 
@@ -30,6 +30,7 @@ class FakeKube:
         self.secrets = secrets
         self.finalizers: dict[str, set[str]] = {}
         self.annotations: dict[str, str] = {}
+        self.annotation_patches: list[set[str]] = []
         self.status: list[dict[str, Any]] = []
         self.events: list[tuple[str, str]] = []
 
@@ -50,6 +51,7 @@ class FakeKube:
             held.difference_update(meta.get("$deleteFromPrimitiveList/finalizers", []))
             return
         self.annotations.update(meta["annotations"])
+        self.annotation_patches.append(set(meta["annotations"]))
 
     async def patch_status(
         self, resource: Resource, name: str, patch: dict[str, Any], namespace: str
@@ -112,23 +114,7 @@ def context(server: FakeBMC, *, with_secret: bool = True) -> tuple[FakeContext, 
 
 
 def body(annotations: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{kinds.BAREMETAL_GROUP}/{kinds.VERSION}",
-        "kind": "BaremetalInstance",
-        "metadata": {
-            "name": "bm",
-            "namespace": "ns",
-            "uid": "u1",
-            "annotations": {markers.TOKEN_SECRET: "s" * 64, **(annotations or {})},
-        },
-        "spec": {
-            "bmc": {"address": "ipmi://10.0.0.1", "credentialsSecretRef": {"name": "bm-bmc"}},
-            "bootMACAddress": "52:54:00:aa:bb:01",
-            "os": {"kernelURL": "http://h/k", "initrdURL": "http://h/i"},
-            "userDataSecretRef": {"name": "bm-bootstrap"},
-            **spec,
-        },
-    }
+    return instance_body({markers.TOKEN_SECRET: "s" * 64, **(annotations or {})}, **spec)
 
 
 def ago(seconds: int) -> str:
@@ -184,6 +170,13 @@ async def test_a_new_instance_gets_its_token_and_the_boot_server_knows_it_before
     del given["metadata"]["annotations"][markers.TOKEN_SECRET]
     await provisioning.reconcile(ctx, given)
     assert known_at_power_on == [True]
+    # The server was off: the first action is the network boot, and one patch before it holds the token,
+    # the first-action mark and the open boot window; one after it, the network boot.
+    ours = [marks for marks in kube.annotation_patches if secretholds.HELD_ANNOTATION not in marks]
+    assert ours == [
+        {markers.TOKEN_SECRET, markers.BMC_TOUCHED, markers.BOOT_WINDOW},
+        {markers.NETWORK_BOOTED},
+    ]
     ctx.forget(given["metadata"])
     assert ctx.attempts.instances == {}
 

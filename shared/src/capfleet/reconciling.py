@@ -167,11 +167,14 @@ class Context:
         return answer if answer is not None else {**body, "status": {**current, **desired}}
 
     async def announce(self, body: Mapping[str, Any], ready: Condition) -> None:
-        """Post an Event when Ready changes (the recorder drops repeats). Operators whose Events tell
+        """Post an Event when Ready becomes True (Normal) or False (Warning, and again when the reason
+        changes; the recorder drops repeats). Ready=Unknown is a step still waiting on another (a child,
+        CAPI's bootstrap data): the condition says so, and an Event each time the step it waits on moved
+        on would be a Warning for progress and one more write per step. Operators whose Events tell
         another story (a phase, an error's own reason) override this."""
         if ready.status == "True":
             await self.recorder.transition(body, "Normal", ready.reason, ready.message)
-        else:
+        elif ready.status == "False":
             await self.recorder.transition(body, "Warning", ready.reason, ready.message)
 
 

@@ -121,6 +121,20 @@ def token_of(meta: Mapping[str, Any]) -> str | None:
     return token(secret, str(meta.get("namespace") or ""), str(meta["name"]), attempt)
 
 
+def before_acting(meta: Mapping[str, Any], opens_window: bool) -> dict[str, str]:
+    """The marks to write, in one patch, before an action on the BMC: before the operator's first, that it
+    acted (and the boot window, when that first action is the network boot); the instance's token secret
+    whenever it has none (nothing is served before an action)."""
+    stamp, marks = now(), {}
+    if not touched(meta):
+        marks[BMC_TOUCHED] = stamp
+        if opens_window:
+            marks[BOOT_WINDOW] = stamp
+    if not annotations_of(meta).get(TOKEN_SECRET):
+        marks[TOKEN_SECRET] = new_token_secret()
+    return marks
+
+
 def touched(meta: Mapping[str, Any]) -> bool:
     """Whether the operator ever acted on the server through its BMC."""
     found = annotations_of(meta)

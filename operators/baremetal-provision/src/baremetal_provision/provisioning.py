@@ -80,15 +80,6 @@ async def _annotate(ctx: Context, meta: Mapping[str, Any], changes: Mapping[str,
     await ctx.kube.patch(INSTANCES, meta["name"], patch, meta["namespace"])
 
 
-async def ensure_token(ctx: Context, meta: Mapping[str, Any]) -> dict[str, str]:
-    """Give the instance its token secret unless it has one; the annotation written (none: it had one)."""
-    if markers.annotations_of(meta).get(markers.TOKEN_SECRET):
-        return {}
-    written = {markers.TOKEN_SECRET: markers.new_token_secret()}
-    await _annotate(ctx, meta, written)
-    return written
-
-
 @dataclass
 class Pass:
     """One reconcile's drive of the BMC: the instance, the BMC, and what the pass changed on the way
@@ -141,7 +132,8 @@ async def _network_boot(run: Pass) -> None:
     token = markers.token_of(run.meta)
     if token is not None:  # for the boot server, ahead of its index
         run.ctx.attempts.opened(token, str(run.meta.get("namespace") or ""), str(run.meta["name"]))
-    if run.boot_mark == markers.NETWORK_BOOTED:
+    opened = markers.annotations_of(run.meta).get(markers.BOOT_WINDOW)
+    if run.boot_mark == markers.NETWORK_BOOTED and not opened:
         await run.mark(markers.BOOT_WINDOW)  # before the power-on: the server may ask at once
     await run.target.set_boot_device("pxe", once=True)
     await run.target.power_on()
@@ -239,8 +231,10 @@ async def drive(run: Pass, decide: Decide, report_after: Collection[str] = ()) -
         action = ACTIONS.get(decision.action)
         if action is None:
             return decision
-        if not markers.touched(run.meta):
-            await run.mark(markers.BMC_TOUCHED)
+        opens_window = decision.action == "network_boot" and run.boot_mark == markers.NETWORK_BOOTED
+        marks = markers.before_acting(run.meta, opens_window)
+        if marks:
+            await run.annotate(marks)
         await action(run)
     raise errors.Waiting("the BMC has not reached the requested state yet", reason="BMCSettling")
 
@@ -270,11 +264,9 @@ async def reconcile(ctx: Context, body: Mapping[str, Any]) -> None:
 
 async def _provision(ctx: Context, instance: BaremetalInstance, status: InstanceStatus) -> None:
     check_spec(instance)
-    written = await ensure_token(ctx, instance.metadata)
     target = await open_bmc(ctx, instance)
     try:
         run = Pass(ctx, target, instance, status, boot_mark=markers.NETWORK_BOOTED)
-        run.meta["annotations"] = {**markers.annotations_of(run.meta), **written}  # this pass sees its token
         await drive(run, provisioning_decision, report_after=FINISHING)
     finally:
         await target.close()

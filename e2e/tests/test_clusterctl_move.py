@@ -14,7 +14,7 @@ and the target's operators rebuild every status from spec, annotations and the e
 Cluster is deleted on the target and nothing is left anywhere.
 
 clusterctl marks each source object for deletion with a patch that replaces *all* its annotations by
-`delete-for-move`, dropping the paused annotation and the operators' marks just before the delete: every
+`delete-for-move`, dropping the paused annotation and kopf's records just before the delete: every
 operator must take that annotation as "hands off" (`capfleet.pausing.hands_off`), or the source's
 baremetal-provision takes the object for a new, unpaused instance and network-boots the server again.
 The suite checks the servers' power (libvirt domain ID and boot count) across the move for that.

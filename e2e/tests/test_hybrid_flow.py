@@ -195,16 +195,27 @@ async def _claimed_count_is(site: HybridSite, count: int) -> bool:
 
 async def all_paused(site: HybridSite, paused: bool) -> bool:
     """Whether every capfleet object of the namespace carries (or lacks) the paused annotation the glue
-    mirrors onto it and has said so in its own Paused condition (its handler's last write): only then has
-    the fleet settled."""
+    mirrors onto it, has said so in its own Paused condition, and kopf has recorded that change as handled
+    (its last write, just after the handler's): only then has the fleet settled."""
     for kind in CAPFLEET_KINDS:
         for obj in await site.kube.list(kind.resource, site.namespace):
-            if kind is not kinds.HYBRID_MACHINE and pausing.annotated(obj["metadata"]) != paused:
+            if kind is not kinds.HYBRID_MACHINE and not settled(obj["metadata"], paused):
                 return False
             conditions = (obj.get("status") or {}).get("conditions") or []
             if not any(c["type"] == "Paused" and c["status"] == str(paused) for c in conditions):
                 return False
     return True
+
+
+def settled(meta: dict[str, Any], paused: bool) -> bool:
+    """The object carries (or lacks) the paused annotation, and so does every kopf operator's record of
+    the configuration it last handled."""
+    handled = [
+        json.loads(value).get("metadata") or {}
+        for key, value in (meta.get("annotations") or {}).items()
+        if key.endswith("/last-handled-configuration")
+    ]
+    return all(pausing.annotated(m) == paused for m in (meta, *handled))
 
 
 async def idle_minute(site: HybridSite) -> bool:

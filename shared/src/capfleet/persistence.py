@@ -1,9 +1,8 @@
 """Where kopf keeps what it knows of each object, and how to keep it from writing when it need not.
 
-kopf records, on every object it handles, the spec it last handled (by default an annotation, written after
-every handling) and the progress of handlers that are retrying (more annotations, branded with a
-`kopf-managed` mark). For objects created by the thousand, each of those is one more API write per object,
-and per progress mark for objects marked several times; these storages leave out what is not needed.
+kopf records, on every object it handles, the spec it last handled (an annotation) and the progress of
+handlers that are retrying (more annotations, branded with a `kopf-managed` mark). For objects created by
+the thousand, each of those is one more API write per object; these storages leave out what is not needed.
 """
 
 from __future__ import annotations
@@ -16,37 +15,6 @@ import kopf
 Handled = Callable[[Mapping[str, Any]], bool | None]
 """For objects that show by their own state whether they were handled (True or False), that answer;
 None for every other object."""
-
-
-class RememberedDiffBase(kopf.AnnotationsDiffBaseStorage):
-    """kopf's record of what it last handled of each object, kept in this process instead of an annotation.
-
-    capfleet's handlers are level-based: one handler serves creation, update and resume, and reads the
-    object and the external system afresh each time. So an operator that restarts and remembers nothing
-    loses nothing: each object is new to it and is reconciled once, which is what resuming does anyway.
-    What it saves is kopf's annotation patch after every handling that followed a change (on a
-    BaremetalInstance, one per progress mark). The essence is kopf's own (a last-handled annotation left
-    by an earlier version is not part of it). An object's entry goes when kopf sees it being deleted.
-    """
-
-    def __init__(self, *, prefix: str, key: str) -> None:
-        super().__init__(prefix=prefix, key=key)
-        self.essences: dict[str, kopf.BodyEssence] = {}
-
-    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
-        uid = body.metadata.uid or ""
-        if body.metadata.deletion_timestamp:
-            self.essences.pop(uid, None)
-            return None
-        return self.essences.get(uid)
-
-    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
-        if not body.metadata.deletion_timestamp:
-            self.essences[body.metadata.uid or ""] = essence
-
-    def handled(self, body: Mapping[str, Any]) -> bool:
-        """Whether kopf's handlers ran to the end for this object since this process started."""
-        return str((body.get("metadata") or {}).get("uid") or "") in self.essences
 
 
 class SelfRecordingDiffBase(kopf.DiffBaseStorage):

@@ -43,7 +43,6 @@ from capfleet.kube import Kube
 from capfleet.resources import Resource
 
 HANDLED_KEY = "last-handled-configuration"
-HANDLED_RECORD_KEY = "kopf_handled_record"
 P = ParamSpec("P")
 R = TypeVar("R")
 SettingsT = TypeVar("SettingsT", bound=reconciling.Settings)
@@ -65,6 +64,11 @@ class Identity:
     @property
     def annotation_prefix(self) -> str:
         return f"{self.name}.capfleet.dev"
+
+    @property
+    def handled_annotation(self) -> str:
+        """Where kopf records the spec it last handled: present once an object was handled at least once."""
+        return f"{self.annotation_prefix}/{HANDLED_KEY}"
 
     @property
     def peering_name(self) -> str:
@@ -218,12 +222,15 @@ def configure(
     identity: Identity,
     options: Options,
     handled: persistence.Handled | None = None,
-) -> persistence.RememberedDiffBase:
-    """kopf settings that give each operator its own marks and keep idle operators silent; the record of
-    what kopf handled, which `handled_once` reads, is returned."""
+) -> None:
+    """kopf settings that give each operator its own marks and keep idle operators silent."""
     settings.persistence.finalizer = identity.finalizer
     settings.persistence.progress_storage = persistence.ProgressStorage(prefix=identity.annotation_prefix)
-    recorded = persistence.RememberedDiffBase(prefix=identity.annotation_prefix, key=HANDLED_KEY)
+    # kopf's record of what it handled stays an annotation although it costs a patch per handling: kopf
+    # then waits until its watch shows that patch before handling the object again, so no handler ever
+    # sees the object older than its own writes. Kept in memory instead (tried), the handler ran on a
+    # body from before its last pass and wrote a second token and boot window on a BaremetalInstance.
+    recorded = kopf.AnnotationsDiffBaseStorage(prefix=identity.annotation_prefix, key=HANDLED_KEY)
     settings.persistence.diffbase_storage = (
         recorded if handled is None else persistence.SelfRecordingDiffBase(recorded, handled)
     )
@@ -240,13 +247,6 @@ def configure(
         # another shard) comes as a DELETED event here and an ADDED one there.
         settings.watching.label_selectors[_served] = selector
     settings.watching.server_timeout = 300
-    return recorded
-
-
-def handled_once(memo: Mapping[str, Any], body: Mapping[str, Any]) -> bool:
-    """Whether kopf's handlers ran to the end for this object since the operator started."""
-    recorded = memo.get(HANDLED_RECORD_KEY)
-    return isinstance(recorded, persistence.RememberedDiffBase) and recorded.handled(body)
 
 
 def _served(resource: kopf.Resource) -> bool:
@@ -311,7 +311,7 @@ def _install(
 ) -> None:
     @kopf.on.startup(registry=registry)
     async def start_runtime(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-        memo[HANDLED_RECORD_KEY] = configure(settings, identity, options, handled)
+        configure(settings, identity, options, handled)
         stack = AsyncExitStack()
         memo["runtime_exit_stack"] = stack
         client = await stack.enter_async_context(Kube.connect(identity.field_manager, options.kubeconfig))

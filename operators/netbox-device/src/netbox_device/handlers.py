@@ -37,11 +37,11 @@ async def claim_device(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     await device_claims.serve(Context.from_memo(memo), body)
 
 
-def handled_once(body: kopf.Body, memo: kopf.Memo, **_: Any) -> bool:
+def handled_once(annotations: kopf.Annotations, **_: Any) -> bool:
     """Whether the claim handler has run to the end once: before that, it is the one to find or claim the
     device, and a repair at every event of a claim in progress (each one a listing in NetBox) only loads
     NetBox (319 listings for 100 claims at once in make bench-fleet)."""
-    return runtime.handled_once(memo, body)
+    return IDENTITY.handled_annotation in annotations
 
 
 @kopf.on.event(*DEVICES, when=handled_once)

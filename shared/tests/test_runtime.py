@@ -128,3 +128,25 @@ async def test_reconciler_translates_errors_and_counts_results() -> None:
 def test_split_address() -> None:
     assert runtime.split_address("127.0.0.1:8080") == ("127.0.0.1", 8080)
     assert runtime.split_address(":9440") == ("0.0.0.0", 9440)
+
+
+def test_the_marks_an_operator_writes_itself_are_not_changes_kopf_handles() -> None:
+    settings = kopf.OperatorSettings()
+    own_mark = "baremetal.capfleet.dev/network-booted-at"
+    runtime.configure(
+        settings, runtime.Identity("baremetal-provision", own_marks=(own_mark,)), runtime.Options()
+    )
+    storage = settings.persistence.diffbase_storage
+    annotations = {"baremetal.capfleet.dev/seed-fetched-at": "1"}
+    patch = kopf.Patch()
+    handled = claim(annotations=annotations)
+    storage.store(body=handled, patch=patch, essence=storage.build(body=handled))
+    annotations.update(patch["metadata"]["annotations"])  # kopf's record of what it handled, as written
+
+    def marked(**more: str) -> kopf.Body:
+        return claim(annotations={**annotations, **more})
+
+    own = marked(**{own_mark: "2", "capfleet.dev/held-secrets": "ns/bmc"})
+    assert storage.fetch(body=own) == storage.build(body=own), "its own marks and Secret holds: no change"
+    guest = marked(**{"baremetal.capfleet.dev/called-back-at": "3"})
+    assert storage.fetch(body=guest) != storage.build(body=guest), "the guest's mark is a change to handle"

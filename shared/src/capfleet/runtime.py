@@ -36,6 +36,7 @@ from capfleet import (
     ownership,
     persistence,
     reconciling,
+    secretholds,
     securemetrics,
     statuses,
 )
@@ -53,9 +54,11 @@ SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/
 
 @dataclass(frozen=True)
 class Identity:
-    """Names that keep one operator's marks on shared objects apart from another's."""
+    """Names that keep one operator's marks on shared objects apart from another's, and the annotations its
+    reconcile writes on its own objects (`own_marks`), whose changes need not wake it again."""
 
     name: str
+    own_marks: tuple[str, ...] = ()
 
     @property
     def finalizer(self) -> str:
@@ -230,7 +233,15 @@ def configure(
     # then waits until its watch shows that patch before handling the object again, so no handler ever
     # sees the object older than its own writes. Kept in memory instead (tried), the handler ran on a
     # body from before its last pass and wrote a second token and boot window on a BaremetalInstance.
-    recorded = kopf.AnnotationsDiffBaseStorage(prefix=identity.annotation_prefix, key=HANDLED_KEY)
+    # What saves those patches is fewer handlings: a mark the reconcile wrote itself is left out of
+    # what kopf compares, so writing it wakes no handler (and needs no record).
+    recorded = kopf.AnnotationsDiffBaseStorage(
+        prefix=identity.annotation_prefix,
+        key=HANDLED_KEY,
+        ignored_fields=[
+            ("metadata", "annotations", mark) for mark in (secretholds.HELD_ANNOTATION, *identity.own_marks)
+        ],
+    )
     settings.persistence.diffbase_storage = (
         recorded if handled is None else persistence.SelfRecordingDiffBase(recorded, handled)
     )

@@ -24,7 +24,7 @@ from baremetal_provision.settings import BaremetalSettings
 from capfleet import reconciling, runtime
 from capfleet.api import kinds
 
-IDENTITY = runtime.Identity("baremetal-provision")
+IDENTITY = runtime.Identity("baremetal-provision", own_marks=markers.OWN_MARKS)
 """The baremetal-provision operator's identity keeps its marks apart from the other operators'."""
 
 INSTANCES = kinds.BAREMETAL_INSTANCE.resource.watch

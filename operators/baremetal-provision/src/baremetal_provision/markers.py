@@ -61,6 +61,18 @@ ATTEMPT_MARKS = (
     FAILURE_REPORTED,
 )
 """Cleared together when an attempt is counted as failed, so the next one starts afresh."""
+OWN_MARKS = (
+    BMC_TOUCHED,
+    TOKEN_SECRET,
+    BOOT_WINDOW,
+    NETWORK_BOOTED,
+    DISK_BOOTED,
+    CLEANING_BOOTED,
+)
+"""The marks the reconcile writes itself, each followed in the same pass by what comes next, so writing one
+need not wake the reconcile again (kopf leaves them out of the changes it handles); the guest's marks,
+written by the boot server, a person's (detached, paused), and the failed-attempt count (rare, and a person
+may reset it) do wake it."""
 
 
 def now() -> str:

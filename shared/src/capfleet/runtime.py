@@ -239,7 +239,8 @@ def configure(
         prefix=identity.annotation_prefix,
         key=HANDLED_KEY,
         ignored_fields=[
-            ("metadata", "annotations", mark) for mark in (secretholds.HELD_ANNOTATION, *identity.own_marks)
+            ("metadata", "annotations", mark)
+            for mark in (secretholds.HELD_ANNOTATION, secretholds.LET_GO_ANNOTATION, *identity.own_marks)
         ],
     )
     settings.persistence.diffbase_storage = (

@@ -21,7 +21,8 @@ from libvirt_vm.backends.connections import Pool
 from libvirt_vm.contexts import HYPERVISORS, SHARED_KEY, VMS, Context, Shared
 from libvirt_vm.settings import LibvirtSettings
 
-IDENTITY = runtime.Identity("libvirt-vm")
+# Both are written in the pass that goes on to the hypervisor.
+IDENTITY = runtime.Identity("libvirt-vm", own_marks=(vms.TOUCHED, vms.OWNER_INSTANCE))
 runtime.count_phases(VMS)
 runtime.count_phases(HYPERVISORS)
 

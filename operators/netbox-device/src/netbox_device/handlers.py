@@ -13,10 +13,11 @@ import kopf
 
 from capfleet import runtime
 from capfleet.api import kinds
-from netbox_device import device_claims, vm_serving
+from netbox_device import device_claims, selection, vm_serving
 from netbox_device.contexts import SHARED_KEY, Context, Shared
 
-IDENTITY = runtime.Identity("netbox-device")
+# The instance name is recorded on a claim in the pass that claims with it.
+IDENTITY = runtime.Identity("netbox-device", own_marks=(selection.OWNER_INSTANCE,))
 DEVICES = kinds.NETBOX_DEVICE.resource.watch
 MACHINES = kinds.NETBOX_VIRTUAL_MACHINE.resource.watch
 runtime.count_phases(kinds.NETBOX_DEVICE.resource)

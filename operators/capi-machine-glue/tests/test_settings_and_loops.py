@@ -1,5 +1,5 @@
-"""The glue's settings keep their variable names, its context comes from memo, and its loops and
-deletions back off by the fleet's one retry policy."""
+"""The glue's settings keep their variable names, its context comes from memo, kopf keeps no record on
+its objects, and its loops and deletions back off by the fleet's one retry policy."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ import asyncio
 from collections.abc import Awaitable
 from typing import Any
 
+import kopf
 import pytest
 
-from capfleet import errors, events, kube, reconciling
-from capi_machine_glue import loops
+from capfleet import errors, events, kube, reconciling, runtime
+from capi_machine_glue import handlers, loops
 from capi_machine_glue.cache import CachedReads, Reads, WatchCache
 from capi_machine_glue.contexts import CACHE_KEY, WAKEUPS_KEY, Context
 from capi_machine_glue.machines import ChildrenRemaining
@@ -145,3 +146,16 @@ async def test_sleeping_says_whether_a_change_woke_it() -> None:
     assert await sleep_until_woken(event, None, 0.01) is False
     asyncio.get_running_loop().call_soon(event.set)
     assert await sleep_until_woken(event, None, 60.0) is True
+
+
+def test_kopf_writes_no_record_of_what_it_handled_on_the_glues_objects() -> None:
+    settings = kopf.OperatorSettings()
+    runtime.configure(settings, handlers.IDENTITY, runtime.Options(), handlers.nothing_to_record)
+    storage = settings.persistence.diffbase_storage
+    machine = {"apiVersion": "v1", "kind": "HybridMachine", "metadata": {"name": "m"}, "spec": {}}
+    body = kopf.Body(machine)  # type: ignore[arg-type]
+    assert storage.fetch(body=body) == storage.build(body=body), "no change for kopf to handle"
+    patch = kopf.Patch()
+    given = kopf.Body({**machine, "spec": {"providerID": "capfleet://metal/7"}})  # type: ignore[arg-type]
+    storage.store(body=given, patch=patch, essence=storage.build(body=given))
+    assert not patch

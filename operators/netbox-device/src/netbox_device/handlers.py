@@ -13,11 +13,14 @@ import kopf
 
 from capfleet import runtime
 from capfleet.api import kinds
-from netbox_device import device_claims, selection, vm_serving
+from netbox_device import device_claims, vm_serving
 from netbox_device.contexts import SHARED_KEY, Context, Shared
 
-# The instance name is recorded on a claim in the pass that claims with it.
-IDENTITY = runtime.Identity("netbox-device", own_marks=(selection.OWNER_INSTANCE,))
+# No own marks: the pass that follows the owner-instance annotation's write re-reads the device the claim
+# holds, which on NetBox before 4.6 (no If-Match) is what finds a claim another management cluster took
+# over after the read-back (test_two_management_clusters: with that mark left out, a lost claim stayed
+# Claimed).
+IDENTITY = runtime.Identity("netbox-device")
 DEVICES = kinds.NETBOX_DEVICE.resource.watch
 MACHINES = kinds.NETBOX_VIRTUAL_MACHINE.resource.watch
 runtime.count_phases(kinds.NETBOX_DEVICE.resource)

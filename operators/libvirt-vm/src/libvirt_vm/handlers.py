@@ -21,8 +21,7 @@ from libvirt_vm.backends.connections import Pool
 from libvirt_vm.contexts import HYPERVISORS, SHARED_KEY, VMS, Context, Shared
 from libvirt_vm.settings import LibvirtSettings
 
-# Both are written in the pass that goes on to the hypervisor.
-IDENTITY = runtime.Identity("libvirt-vm", own_marks=(vms.TOUCHED, vms.OWNER_INSTANCE))
+IDENTITY = runtime.Identity("libvirt-vm")
 runtime.count_phases(VMS)
 runtime.count_phases(HYPERVISORS)
 

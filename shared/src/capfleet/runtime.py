@@ -1,4 +1,5 @@
-"""How every capfleet operator starts: identity, kopf settings, options, metrics, probes, logging.
+"""How every capfleet operator starts from its Identity and Options (`capfleet.options`): kopf settings,
+metrics, probes, logging, leader election.
 
 Each operator's `__main__` imports its handlers (which register with kopf's default registry) and calls
 `run(Identity("<operator>"), <its Settings>)`. Everything that must be the same across the fleet lives
@@ -10,7 +11,6 @@ transitions, and the API client, Event recorder and settings kept in kopf's `mem
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import functools
@@ -19,9 +19,8 @@ import os
 import signal
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
@@ -33,7 +32,6 @@ from capfleet import (
     events,
     leadership,
     metrics,
-    ownership,
     persistence,
     reconciling,
     secretholds,
@@ -41,183 +39,19 @@ from capfleet import (
     statuses,
 )
 from capfleet.kube import Kube
+from capfleet.options import HANDLED_KEY as HANDLED_KEY
+from capfleet.options import Identity as Identity
+from capfleet.options import Options as Options
+from capfleet.options import parse_options as parse_options
+from capfleet.options import split_address as split_address
 from capfleet.resources import Resource
 
-HANDLED_KEY = "last-handled-configuration"
 P = ParamSpec("P")
 R = TypeVar("R")
 SettingsT = TypeVar("SettingsT", bound=reconciling.Settings)
 
 VERSION = "0.1.0"
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-
-
-@dataclass(frozen=True)
-class Identity:
-    """Names that keep one operator's marks on shared objects apart from another's, and the annotations its
-    reconcile writes on its own objects (`own_marks`), whose changes need not wake it again."""
-
-    name: str
-    own_marks: tuple[str, ...] = ()
-
-    @property
-    def finalizer(self) -> str:
-        return f"{self.name}.capfleet.dev/finalizer"
-
-    @property
-    def annotation_prefix(self) -> str:
-        return f"{self.name}.capfleet.dev"
-
-    @property
-    def handled_annotation(self) -> str:
-        """Where kopf records the spec it last handled: present once an object was handled at least once."""
-        return f"{self.annotation_prefix}/{HANDLED_KEY}"
-
-    @property
-    def peering_name(self) -> str:
-        return f"capfleet-{self.name}"
-
-    @property
-    def field_manager(self) -> str:
-        return f"capfleet-{self.name}"
-
-
-@dataclass(frozen=True)
-class Options:
-    """Command-line flags, each with an environment variable for container images."""
-
-    namespaces: tuple[str, ...] = ()
-    health_address: str = "0.0.0.0:9440"
-    metrics_address: str = "127.0.0.1:8080"
-    metrics_secure_address: str = ""
-    metrics_cert_dir: str | None = None
-    log_format: str = "plain"
-    verbose: bool = False
-    standalone: bool = False
-    kubeconfig: str | None = None
-    leader_elect: bool = False
-    leader_election_namespace: str | None = None
-    leader_label: bool = False
-    watch_filter: str = ""
-
-    @property
-    def clusterwide(self) -> bool:
-        return not self.namespaces
-
-    @property
-    def peering(self) -> bool:
-        """Whether kopf's own peering is used: not under leader election, where only the holder runs."""
-        return not (self.standalone or self.leader_elect)
-
-    def shard_name(self, identity: Identity) -> str:
-        """The name of this shard's Lease and kopf peering: `capfleet-<operator>`, and `-<watch filter>`
-        for a shard, so each shard elects its own leader."""
-        return f"{identity.peering_name}-{self.watch_filter}" if self.watch_filter else identity.peering_name
-
-    def label_selector(self) -> str | None:
-        """What the shard's watches ask the API server for: objects labelled with its watch filter."""
-        return f"{ownership.WATCH_FILTER_LABEL}={self.watch_filter}" if self.watch_filter else None
-
-
-def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> Options:
-    """Options from flags, falling back to `CAPFLEET_*` variables, then to the defaults."""
-    defaults = Options()
-    env_namespaces = tuple(ns for ns in environ.get("CAPFLEET_NAMESPACES", "").split(",") if ns)
-    parser = argparse.ArgumentParser(description="A capfleet operator.")
-    parser.add_argument(
-        "--namespace",
-        "-n",
-        action="append",
-        dest="namespaces",
-        default=None,
-        help="watch only this namespace (repeatable); all namespaces when omitted",
-    )
-    addresses = (
-        (
-            "--health-address",
-            "CAPFLEET_HEALTH_ADDRESS",
-            defaults.health_address,
-            "the liveness endpoint (/healthz)",
-        ),
-        (
-            "--metrics-address",
-            "CAPFLEET_METRICS_ADDRESS",
-            defaults.metrics_address,
-            "plain /metrics; keep it on loopback",
-        ),
-        (
-            "--metrics-secure-address",
-            "CAPFLEET_METRICS_SECURE_ADDRESS",
-            defaults.metrics_secure_address,
-            "/metrics over HTTPS for the callers RBAC allows; off when empty",
-        ),
-    )
-    for flag, variable, default, what in addresses:
-        parser.add_argument(flag, default=environ.get(variable, default), help=f"host:port of {what}")
-    parser.add_argument(
-        "--metrics-cert-dir",
-        default=environ.get("CAPFLEET_METRICS_CERT_DIR") or None,
-        help="directory with tls.crt and tls.key for the secure endpoint; a self-signed pair when omitted",
-    )
-    parser.add_argument(
-        "--log-format",
-        choices=["plain", "json"],
-        default=environ.get("CAPFLEET_LOG_FORMAT", defaults.log_format),
-    )
-    parser.add_argument(
-        "--verbose", "-v", action="store_true", default=environ.get("CAPFLEET_VERBOSE", "") in {"1", "true"}
-    )
-    parser.add_argument(
-        "--standalone",
-        action="store_true",
-        default=environ.get("CAPFLEET_STANDALONE", "") in {"1", "true"},
-        help="do not coordinate with other instances through a kopf peering object",
-    )
-    parser.add_argument("--kubeconfig", default=environ.get("KUBECONFIG") or None)
-    parser.add_argument(
-        "--leader-elect",
-        action="store_true",
-        default=environ.get("CAPFLEET_LEADER_ELECT", "") in {"1", "true"},
-        help="act only while holding the Lease capfleet-<operator>[-<watch filter>]; other replicas stand by",
-    )
-    parser.add_argument(
-        "--leader-election-namespace",
-        default=environ.get("CAPFLEET_LEADER_ELECTION_NAMESPACE") or environ.get("POD_NAMESPACE") or None,
-        help="namespace of the Lease; the pod's own when omitted",
-    )
-    parser.add_argument(
-        "--watch-filter",
-        default=environ.get("CAPFLEET_WATCH_FILTER", ""),
-        help=f"serve only objects labelled {ownership.WATCH_FILTER_LABEL}=<this value> (a shard, as in "
-        "Cluster API's --watch-filter); every object when empty",
-    )
-    parser.add_argument(
-        "--leader-label",
-        action="store_true",
-        default=environ.get("CAPFLEET_LEADER_LABEL", "") in {"1", "true"},
-        help="while leading, label this replica's pod (POD_NAME) capfleet.dev/leader=true",
-    )
-    args = parser.parse_args(list(argv))
-    return Options(
-        namespaces=tuple(args.namespaces or env_namespaces),
-        health_address=args.health_address,
-        metrics_address=args.metrics_address,
-        metrics_secure_address=args.metrics_secure_address,
-        metrics_cert_dir=args.metrics_cert_dir,
-        log_format=args.log_format,
-        verbose=args.verbose,
-        standalone=args.standalone,
-        kubeconfig=args.kubeconfig,
-        leader_elect=args.leader_elect,
-        leader_election_namespace=args.leader_election_namespace,
-        leader_label=args.leader_label,
-        watch_filter=args.watch_filter,
-    )
-
-
-def split_address(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    return host or "0.0.0.0", int(port)
 
 
 def configure(

@@ -8,8 +8,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from capfleet import leadership, runtime
+from capfleet import leadership
 from capfleet.leadership import Observation, Timings, claim, may_take, observe
+from capfleet.options import parse_options
 
 
 def lease(holder: str | None, renewed: str | None, transitions: int = 0) -> dict[str, object]:
@@ -62,9 +63,9 @@ def test_timings_must_leave_the_holder_time_to_stop_before_a_standby_takes_over(
 
 
 def test_leader_election_runs_kopf_without_its_peering() -> None:
-    elected = runtime.parse_options(["--leader-elect"], {"POD_NAMESPACE": "capfleet-system"})
+    elected = parse_options(["--leader-elect"], {"POD_NAMESPACE": "capfleet-system"})
     assert elected.leader_elect
     assert elected.leader_election_namespace == "capfleet-system"
     assert not elected.peering
-    assert runtime.parse_options([], {}).peering
-    assert not runtime.parse_options([], {"CAPFLEET_LEADER_ELECT": "true"}).peering
+    assert parse_options([], {}).peering
+    assert not parse_options([], {"CAPFLEET_LEADER_ELECT": "true"}).peering

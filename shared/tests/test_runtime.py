@@ -5,10 +5,11 @@ import prometheus_client
 import pytest
 
 from capfleet import errors, persistence, runtime
+from capfleet.options import parse_options, split_address
 
 
 def test_flags_override_environment() -> None:
-    options = runtime.parse_options(
+    options = parse_options(
         ["--namespace", "a", "-n", "b", "--metrics-address", "127.0.0.1:9"],
         {
             "CAPFLEET_NAMESPACES": "x,y",
@@ -23,8 +24,8 @@ def test_flags_override_environment() -> None:
 
 
 def test_environment_gives_namespaces_when_no_flag() -> None:
-    assert runtime.parse_options([], {"CAPFLEET_NAMESPACES": "x,y"}).namespaces == ("x", "y")
-    assert runtime.parse_options([], {}).clusterwide
+    assert parse_options([], {"CAPFLEET_NAMESPACES": "x,y"}).namespaces == ("x", "y")
+    assert parse_options([], {}).clusterwide
 
 
 def test_settings_carry_the_operators_own_marks() -> None:
@@ -80,9 +81,9 @@ def test_a_handler_that_succeeds_at_once_leaves_no_annotation_behind() -> None:
 
 
 def test_a_shard_watches_only_its_label_and_elects_its_own_leader() -> None:
-    options = runtime.parse_options(["--watch-filter", "b"], {"CAPFLEET_WATCH_FILTER": "a"})
+    options = parse_options(["--watch-filter", "b"], {"CAPFLEET_WATCH_FILTER": "a"})
     assert options.watch_filter == "b"
-    assert runtime.parse_options([], {"CAPFLEET_WATCH_FILTER": "a"}).watch_filter == "a"
+    assert parse_options([], {"CAPFLEET_WATCH_FILTER": "a"}).watch_filter == "a"
     identity = runtime.Identity("ipam-address")
     assert options.shard_name(identity) == "capfleet-ipam-address-b"
     assert runtime.Options().shard_name(identity) == "capfleet-ipam-address"
@@ -126,8 +127,8 @@ async def test_reconciler_translates_errors_and_counts_results() -> None:
 
 
 def test_split_address() -> None:
-    assert runtime.split_address("127.0.0.1:8080") == ("127.0.0.1", 8080)
-    assert runtime.split_address(":9440") == ("0.0.0.0", 9440)
+    assert split_address("127.0.0.1:8080") == ("127.0.0.1", 8080)
+    assert split_address(":9440") == ("0.0.0.0", 9440)
 
 
 def test_the_marks_an_operator_writes_itself_are_not_changes_kopf_handles() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from cryptography import x509
 
-from capfleet import runtime
+from capfleet.options import parse_options
 from capfleet.securemetrics import (
     TokenCache,
     access_review,
@@ -76,10 +76,8 @@ def test_a_self_signed_certificate_names_hosts_and_addresses(tmp_path: Path) -> 
 
 
 def test_plain_metrics_stay_on_loopback_unless_opened_on_purpose() -> None:
-    options = runtime.parse_options([], {})
+    options = parse_options([], {})
     assert options.metrics_address.startswith("127.0.0.1:")
     assert options.metrics_secure_address == ""
-    secure = runtime.parse_options(
-        ["--metrics-secure-address", "0.0.0.0:8443"], {"CAPFLEET_METRICS_CERT_DIR": "/c"}
-    )
+    secure = parse_options(["--metrics-secure-address", "0.0.0.0:8443"], {"CAPFLEET_METRICS_CERT_DIR": "/c"})
     assert (secure.metrics_secure_address, secure.metrics_cert_dir) == ("0.0.0.0:8443", "/c")

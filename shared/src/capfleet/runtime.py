@@ -39,11 +39,9 @@ from capfleet import (
     statuses,
 )
 from capfleet.kube import Kube
-from capfleet.options import HANDLED_KEY as HANDLED_KEY
+from capfleet.options import HANDLED_KEY, parse_options, split_address
 from capfleet.options import Identity as Identity
 from capfleet.options import Options as Options
-from capfleet.options import parse_options as parse_options
-from capfleet.options import split_address as split_address
 from capfleet.resources import Resource
 
 P = ParamSpec("P")

@@ -65,6 +65,9 @@ def test_the_table_shows_times_with_their_ratio_and_per_machine_costs() -> None:
             "ipam-address": OperatorFigures(300, 300, 3.0, 82.0),
         },
         idle_writes_per_minute=0,
+        deletion={
+            "capi-machine-glue": OperatorFigures(505, 202, 4.0, 80.0, {"delete baremetalinstances": 101})
+        },
     )
     table = format_results(floor, fleet).splitlines()
     assert table[1].split()[-3:] == ["40.0", "60.0", "1.50"]
@@ -74,6 +77,9 @@ def test_the_table_shows_times_with_their_ratio_and_per_machine_costs() -> None:
     assert table[8].endswith(": 0")
     assert table[11] == "  capi-machine-glue: patch hybridmachines/status 4.00, create ipaddressclaims 1.00"
     assert table[12] == "  ipam-address: none"
+    assert table[15].split() == ["capi-machine-glue", "5.00", "2.00", "4.0"]  # per machine of N + 1
+    assert table[16].split() == ["all", "operators", "2.00"]
+    assert table[18] == "  capi-machine-glue: delete baremetalinstances 1.00"
 
 
 def test_fake_servers_have_distinct_names_uuids_and_macs() -> None:

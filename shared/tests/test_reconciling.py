@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from capfleet import reconciling
+from capfleet import events, reconciling
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,6 @@ class ExampleContext(reconciling.Context):
 def test_a_context_is_filled_from_memo_by_its_declared_keys() -> None:
     from typing import Any
 
-    from capfleet import events
     from capfleet.kube import Kube
 
     kube = object.__new__(Kube)
@@ -130,3 +129,27 @@ async def test_ready_posts_an_event_when_true_or_false_and_none_while_a_step_wai
         )[0]
         await ctx.announce(body, ready)
     assert posted.posted == [("Warning", "InvalidSpec"), ("Normal", "Provisioned")]
+
+
+async def test_the_event_recorder_drops_repeats_until_told_to_forget_one() -> None:
+    from typing import Any
+
+    class Created:
+        field_manager = "example"
+
+        def __init__(self) -> None:
+            self.reasons: list[str] = []
+
+        async def create(self, resource: object, body: dict[str, Any], namespace: str | None) -> None:
+            self.reasons.append(body["reason"])
+
+    kube = Created()
+    recorder = events.Recorder(kube)  # type: ignore[arg-type]
+    body = {"apiVersion": "v1", "kind": "Example", "metadata": {"name": "m", "uid": "1"}}
+    await recorder.transition(body, "Normal", "Ready", "")
+    await recorder.transition(body, "Normal", "Ready", "")
+    recorder.forget(body, "Warning", "Ready")  # not what was posted last: nothing to forget
+    await recorder.transition(body, "Normal", "Ready", "")
+    recorder.forget(body, "Normal", "Ready")
+    await recorder.transition(body, "Normal", "Ready", "")
+    assert kube.reasons == ["Ready", "Ready"]

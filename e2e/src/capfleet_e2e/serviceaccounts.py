@@ -81,9 +81,13 @@ def service_account_kubeconfig(cluster: Cluster, operator: str, path: Path) -> P
     return write_kubeconfig(path, cluster.server, cluster.ca_path, service_account_user(operator), token)
 
 
-def forbidden_requests(cluster: Cluster, operator: str, after: int = 0) -> list[str]:
+def forbidden_requests(
+    cluster: Cluster, operator: str, after: int = 0, namespace: str | None = None
+) -> list[str]:
     """Every request of the operator's ServiceAccount that the apiserver refused (403), from the audit log
-    (from byte offset `after`: other tests of the session may have provoked refusals on purpose).
+    (from byte offset `after`: other tests of the session may have provoked refusals on purpose); with
+    `namespace`, only cluster-wide requests and those in that namespace (an operator that watches every
+    namespace may meet objects other tests left where its test RBAC does not reach).
 
     Empty on an existing cluster, which has no audit log the harness can read.
     """
@@ -94,7 +98,9 @@ def forbidden_requests(cluster: Cluster, operator: str, after: int = 0) -> list[
     return [
         f"{e['verb']} {e['requestURI']}"
         for e in events
-        if e.get("user", {}).get("username") == user and e.get("responseStatus", {}).get("code") == 403
+        if e.get("user", {}).get("username") == user
+        and e.get("responseStatus", {}).get("code") == 403
+        and (namespace is None or e.get("objectRef", {}).get("namespace") in (None, "", namespace))
     ]
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from capfleet import errors, ownership, pausing, resources
+from capfleet import errors, events, ownership, pausing, resources
 from capfleet.api import kinds
 from capfleet.api.baremetal import BaremetalInstanceSpec
 from capfleet.api.libvirt import LibvirtVMSpec
@@ -50,9 +50,17 @@ def _merge(target: Obj, patch: Obj) -> None:
 class FakeKube:
     """The few API calls the glue makes, on a dict; deletion waits while finalizers remain."""
 
+    field_manager = "capi-machine-glue"
+
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str], Obj] = {}
         self.created: list[str] = []
+        self.events: list[tuple[str, str, str]] = []  # involved object's name, type, reason
+
+    async def create(self, resource: Resource, body: Obj, namespace: str | None = None) -> Obj:
+        assert resource == resources.EVENTS, "the glue creates its children with create_or_get"
+        self.events.append((body["involvedObject"]["name"], body["type"], body["reason"]))
+        return body
 
     def put(self, resource: Resource, body: Obj) -> None:
         meta = body.setdefault("metadata", {})
@@ -102,11 +110,6 @@ class FakeKube:
                 )
 
 
-class Events:
-    async def transition(self, body: Any, kind: str, reason: str, message: str) -> None:
-        pass
-
-
 @pytest.fixture
 def api() -> FakeKube:
     api = FakeKube()
@@ -140,7 +143,17 @@ def machine(api: FakeKube, name: str, spec: Obj) -> None:
 
 def context(api: FakeKube) -> Context:
     settings = GlueSettings(deletion_poll_seconds=0.5)
-    return Context(api, Events(), settings, Wakeups(), WatchCache())  # type: ignore[arg-type]
+    return Context(api, events.Recorder(api), settings, Wakeups(), WatchCache())  # type: ignore[arg-type]
+
+
+async def vm_made(api: FakeKube, name: str) -> tuple[Context, Obj]:
+    """A VM machine reconciled until its address is bound and its LibvirtVM made (as the API holds it)."""
+    machine(api, name, VM)
+    ctx = context(api)
+    await machines.reconcile(ctx, NS, name, api)
+    api.bind_claims()
+    await machines.reconcile(ctx, NS, name, api)
+    return ctx, api.obj(kinds.LIBVIRT_VM.resource, name)
 
 
 def conditions(api: FakeKube, name: str) -> dict[str, str]:
@@ -174,13 +187,42 @@ async def test_a_vm_machine_gets_its_address_then_a_typed_vm_and_follows_it(api:
     assert conditions(api, "cp-0")["Ready"] == "Ready"
 
 
+async def test_events_say_ready_and_what_the_glue_refuses_not_each_step_a_child_takes(
+    api: FakeKube,
+) -> None:
+    ctx, vm = await vm_made(api, "cp-0")
+    for reason in ("Scheduling", "Defining", "Starting"):
+        waiting = {"type": "Ready", "status": "False", "reason": reason, "message": "on its way"}
+        vm["status"] = {"conditions": [{**waiting, "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+        await machines.reconcile(ctx, NS, "cp-0", api)
+        assert conditions(api, "cp-0")["Ready"] == reason
+    assert api.events == [], "a child's steps are the child's Events"
+    vm["status"] = {"hypervisorName": "hv", "providerID": "capfleet://vm/hv/ns-cp-0", "conditions": [READY]}
+    await machines.reconcile(ctx, NS, "cp-0", api)
+    await machines.reconcile(ctx, NS, "cp-0", api)
+    assert api.events == [("cp-0", "Normal", "Ready")]
+    vm["status"]["conditions"] = [{**READY, "status": "False", "reason": "Stopped"}]
+    await machines.reconcile(ctx, NS, "cp-0", api)
+    vm["status"]["conditions"] = [READY]
+    await machines.reconcile(ctx, NS, "cp-0", api)
+    assert api.events == [("cp-0", "Normal", "Ready")] * 2, "Ready again is news again"
+
+    machine(api, "w-1", {**METAL, "network": {"interfaces": [{"name": "eno9"}]}})
+    await machines.reconcile(ctx, NS, "w-1", api)
+    api.obj(kinds.NETBOX_DEVICE.resource, "w-1")["status"] = {
+        "deviceID": 7,
+        "bmcAddress": "10.9.0.7",
+        "interfaces": [{"name": "eno1", "macAddress": "52:54:00:aa:bb:07"}],
+        "conditions": [READY],
+    }
+    for _ in range(2):
+        with pytest.raises(errors.InvalidSpec):
+            await machines.reconcile(ctx, NS, "w-1", api)
+    assert api.events[2:] == [("w-1", "Warning", "UnknownInterface")], "one Warning, not one per retry"
+
+
 async def test_once_the_node_joined_the_vm_drops_its_user_data_for_good(api: FakeKube) -> None:
-    machine(api, "cp-0", VM)
-    ctx = context(api)
-    await machines.reconcile(ctx, NS, "cp-0", api)
-    api.bind_claims()
-    await machines.reconcile(ctx, NS, "cp-0", api)
-    vm = api.obj(kinds.LIBVIRT_VM.resource, "cp-0")
+    ctx, vm = await vm_made(api, "cp-0")
     assert "removeUserData" not in vm["spec"]["cloudInit"], "the VM boots with its bootstrap data"
     api.obj(resources.CAPI_MACHINES, "cp-0")["status"] = {"nodeRef": {"name": "cp-0"}}
     await machines.reconcile(ctx, NS, "cp-0", api)

@@ -22,11 +22,17 @@ KEY = Key(HYBRID_MACHINE, "ns", "m")
 
 
 def test_settings_keep_their_variable_names() -> None:
-    assert GlueSettings.load({}) == GlueSettings(resync_seconds=60.0, deletion_poll_seconds=2.0)
-    loaded = GlueSettings.load(
-        {"CAPFLEET_GLUE_RESYNC_SECONDS": "600", "CAPFLEET_GLUE_DELETION_POLL_SECONDS": "0.5"}
+    assert GlueSettings.load({}) == GlueSettings(
+        resync_seconds=60.0, settle_seconds=0.5, deletion_poll_seconds=2.0
     )
-    assert loaded == GlueSettings(resync_seconds=600.0, deletion_poll_seconds=0.5)
+    loaded = GlueSettings.load(
+        {
+            "CAPFLEET_GLUE_RESYNC_SECONDS": "600",
+            "CAPFLEET_GLUE_SETTLE_SECONDS": "0",
+            "CAPFLEET_GLUE_DELETION_POLL_SECONDS": "0.5",
+        }
+    )
+    assert loaded == GlueSettings(resync_seconds=600.0, settle_seconds=0.0, deletion_poll_seconds=0.5)
     with pytest.raises(ValueError, match="CAPFLEET_GLUE_RESYNC_SECONDS"):
         GlueSettings.load({"CAPFLEET_GLUE_RESYNC_SECONDS": "soon"})
 
@@ -119,7 +125,8 @@ async def test_a_change_is_read_from_the_watch_cache_and_a_resync_or_retry_from_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     client = kube.Kube.__new__(kube.Kube)
-    ctx = Context(client, None, GlueSettings(), Wakeups(), WatchCache())  # type: ignore[arg-type]
+    settings = GlueSettings(settle_seconds=0.0)
+    ctx = Context(client, None, settings, Wakeups(), WatchCache())  # type: ignore[arg-type]
     woken_by_change = [True, False, True, False]
     stop = Stop(len(woken_by_change))
 
@@ -139,6 +146,91 @@ async def test_a_change_is_read_from_the_watch_cache_and_a_resync_or_retry_from_
     await loops.run(ctx, KEY, reconcile, stop)
     # The first reconcile follows the event that showed the object.
     assert sources == ["cache", "cache", "api", "cache"]
+
+
+class StopOnEvent:
+    """Stops the loop when its event is set, as kopf's `stopped` does."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+
+    def __bool__(self) -> bool:
+        return self.event.is_set()
+
+    def wait(self, timeout: float | None = None) -> Awaitable[Any]:
+        return self.event.wait()
+
+
+async def test_changes_that_follow_a_wake_up_within_the_settle_time_cost_one_reconcile() -> None:
+    settings = GlueSettings(settle_seconds=0.3, resync_seconds=600.0)
+    ctx = Context(None, None, settings, Wakeups(), WatchCache())  # type: ignore[arg-type]
+    clock = asyncio.get_running_loop().time
+    reconciled: asyncio.Queue[float] = asyncio.Queue()
+
+    async def reconcile(reads: Reads) -> None:
+        reconciled.put_nowait(clock())
+
+    stop = StopOnEvent()
+    loop = asyncio.create_task(loops.run(ctx, KEY, reconcile, stop))
+    await asyncio.wait_for(reconciled.get(), 5.0)  # the first reconcile, on the event that showed it
+    first_change = clock()
+    for _ in range(3):  # a child created, its finalizer, its first status
+        assert ctx.wakeups.poke(KEY)
+        await asyncio.sleep(0.05)
+    second = await asyncio.wait_for(reconciled.get(), 5.0)
+    assert second - first_change >= 0.3, "the loop reconciled before the burst settled"
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(reconciled.get(), 0.6)  # three changes, one reconcile
+    stop.event.set()
+    await asyncio.wait_for(loop, 5.0)
+    assert KEY not in ctx.wakeups._events
+
+
+async def test_a_deletion_looks_again_when_a_child_changes_and_hands_a_long_wait_to_kopf() -> None:
+    ctx = Context(None, None, GlueSettings(), Wakeups(), WatchCache())  # type: ignore[arg-type]
+    remaining = ["BaremetalInstance m", "IPAddressClaim m-eth0-0"]
+    attempts: asyncio.Queue[int] = asyncio.Queue()
+
+    async def attempt() -> None:
+        attempts.put_nowait(len(remaining))
+        if remaining:
+            raise ChildrenRemaining(f"waiting for {remaining[0]}", poll_seconds=600.0)
+
+    deletion = asyncio.create_task(loops.waiting_out(ctx, KEY, attempt, patience=3600.0))
+    assert await asyncio.wait_for(attempts.get(), 5.0) == 2
+    for left in (1, 0):  # each child's deletion seen by the watch: no 600 s poll is waited out
+        remaining.pop(0)
+        assert ctx.wakeups.poke(KEY)
+        assert await asyncio.wait_for(attempts.get(), 5.0) == left
+    await asyncio.wait_for(deletion, 5.0)
+    assert KEY not in ctx.wakeups._events
+
+    remaining.append("BaremetalInstance m")
+    patient = ChildrenRemaining("waiting for BaremetalInstance m", poll_seconds=0.05)
+
+    async def stuck() -> None:
+        raise patient
+
+    with pytest.raises(ChildrenRemaining) as handed_over:
+        await asyncio.wait_for(loops.waiting_out(ctx, KEY, stuck, patience=0.3), 5.0)
+    assert handed_over.value is patient
+    assert KEY not in ctx.wakeups._events
+
+
+def test_every_waiter_of_an_object_is_woken_and_leaves_alone() -> None:
+    wakeups = Wakeups()
+    loop, deletion = wakeups.register(KEY), wakeups.register(KEY)
+    wakeups.belongs_to(KEY, "ns", "c1")
+    assert wakeups.poke_cluster("ns", "c1") == 1
+    assert loop.is_set()
+    assert deletion.is_set()
+    wakeups.unregister(KEY, loop)  # the loop stops while the deletion still waits
+    deletion.clear()
+    assert wakeups.poke(KEY)
+    assert deletion.is_set()
+    wakeups.unregister(KEY, deletion)
+    assert not wakeups.poke(KEY)
+    assert wakeups.poke_cluster("ns", "c1") == 0
 
 
 async def test_sleeping_says_whether_a_change_woke_it() -> None:

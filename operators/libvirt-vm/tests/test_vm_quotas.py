@@ -143,7 +143,7 @@ async def test_vms_created_at_once_against_a_quota_that_fits_all_but_one(
         assert leftovers(hv, namespace) == ([], [])
     none = {"vcpus": 0, "memoryMiB": 0, "storageGiB": 0, "vms": 0}
     await quota_status(kube, namespace, "team", {"used": none})
-    assert forbidden_requests(control_plane, "libvirt-vm") == []
+    assert forbidden_requests(control_plane, "libvirt-vm", namespace=namespace) == []
 
 
 async def gone(kube: Kube, namespace: str, name: str) -> bool:

@@ -69,7 +69,7 @@ class Recorder:
     async def transition(
         self, obj: Mapping[str, Any], event_type: EventType, reason: str, message: str
     ) -> None:
-        uid = str(obj["metadata"].get("uid") or obj["metadata"]["name"])
+        uid = _uid(obj)
         if self._last.get(uid) == (event_type, reason):
             return
         self._last[uid] = (event_type, reason)
@@ -77,6 +77,18 @@ class Recorder:
         while len(self._last) > self._capacity:
             self._last.popitem(last=False)
         await post(self._kube, obj, event_type, reason, message)
+
+    def forget(self, obj: Mapping[str, Any], event_type: EventType, reason: str) -> None:
+        """Forget that (`event_type`, `reason`) was the last transition posted for `obj`, so it is posted
+        again when it happens again: an operator that posts only some transitions (Ready, not each step
+        towards it) says so when one it does not post has happened in between."""
+        uid = _uid(obj)
+        if self._last.get(uid) == (event_type, reason):
+            del self._last[uid]
+
+
+def _uid(obj: Mapping[str, Any]) -> str:
+    return str(obj["metadata"].get("uid") or obj["metadata"]["name"])
 
 
 async def post(kube: Kube, obj: Mapping[str, Any], event_type: EventType, reason: str, message: str) -> None:

@@ -15,7 +15,8 @@ infrastructureProvisioned`), then delete the cluster and time it until every Mac
 
 Per operator it reads, from the API server's audit log, its requests and writes per machine, and from
 /proc its CPU seconds and peak RSS; then, with everything provisioned, the writes of a quiet minute (idle
-writes, which must be 0). The VM half of a hybrid fleet is not in this bench yet.
+writes, which must be 0); and the same figures while the Cluster is deleted. The VM half of a hybrid
+fleet is not in this bench yet.
 """
 
 from __future__ import annotations
@@ -96,6 +97,8 @@ class SideResult:
     seconds_to_deleted: float
     operators: dict[str, OperatorFigures] = field(default_factory=dict)
     idle_writes_per_minute: int | None = None
+    # The same figures while the Cluster is deleted (N workers and the control plane).
+    deletion: dict[str, OperatorFigures] = field(default_factory=dict)
 
 
 def writes_of(events: Iterable[Obj], username: str) -> int:
@@ -130,24 +133,44 @@ def format_results(floor: SideResult, fleet: SideResult) -> str:
         ratio = f"{b / a:.2f}" if a > 0 else "n/a"
         lines.append(f"{label:<34}{a:>30.1f}{b:>14.1f}{ratio:>8}")
     lines.append("")
-    lines.append(
-        f"{'capfleet operator':<24}{'requests/machine':>18}{'writes/machine':>16}"
-        f"{'CPU s':>9}{'peak RSS MiB':>14}"
-    )
-    for name, figures in fleet.operators.items():
-        lines.append(
-            f"{name:<24}{figures.requests / n:>18.2f}{figures.writes / n:>16.2f}"
-            f"{figures.cpu_seconds:>9.1f}{figures.peak_rss_mib:>14.1f}"
-        )
-    total_writes = sum(f.writes for f in fleet.operators.values())
-    lines.append(f"{'all operators':<24}{'':>18}{total_writes / n:>16.2f}")
+    lines += _per_operator("capfleet operator", fleet.operators, n, peak_rss=True)
     lines.append(f"idle writes per minute once converged: {fleet.idle_writes_per_minute}")
     lines.append("")
     lines.append("writes per machine, by request:")
-    for name, figures in fleet.operators.items():
-        spent = ", ".join(f"{target} {count / n:.2f}" for target, count in figures.writes_by_target.items())
-        lines.append(f"  {name}: {spent or 'none'}")
+    lines += _spent(fleet.operators, n)
+    if fleet.deletion:
+        lines.append("")
+        lines += _per_operator("deleting (N + 1 machines)", fleet.deletion, n + 1, peak_rss=False)
+        lines.append("writes per machine while deleting, by request:")
+        lines += _spent(fleet.deletion, n + 1)
     return "\n".join(lines)
+
+
+def _per_operator(
+    title: str, operators: Mapping[str, OperatorFigures], machines: int, *, peak_rss: bool
+) -> list[str]:
+    """A row per operator (requests and writes per machine, CPU seconds, peak RSS), then all writes."""
+    rss_title = f"{'peak RSS MiB':>14}" if peak_rss else ""
+    lines = [f"{title:<24}{'requests/machine':>18}{'writes/machine':>16}{'CPU s':>9}{rss_title}"]
+    for name, figures in operators.items():
+        rss = f"{figures.peak_rss_mib:>14.1f}" if peak_rss else ""
+        lines.append(
+            f"{name:<24}{figures.requests / machines:>18.2f}{figures.writes / machines:>16.2f}"
+            f"{figures.cpu_seconds:>9.1f}{rss}"
+        )
+    total_writes = sum(f.writes for f in operators.values())
+    lines.append(f"{'all operators':<24}{'':>18}{total_writes / machines:>16.2f}")
+    return lines
+
+
+def _spent(operators: Mapping[str, OperatorFigures], machines: int) -> list[str]:
+    lines = []
+    for name, figures in operators.items():
+        spent = ", ".join(
+            f"{target} {count / machines:.2f}" for target, count in figures.writes_by_target.items()
+        )
+        lines.append(f"  {name}: {spent or 'none'}")
+    return lines
 
 
 # --- driving the cluster -------------------------------------------------------------------------------
@@ -381,10 +404,13 @@ async def run_fleet(cp: ControlPlane, kube: Kube, n: int, within: float, workdir
         users = [service_account_user(op) for op in processes]
         offset = await settled(cp, users, offset, within)
         await asyncio.sleep(IDLE_SECONDS)
-        idle_events, _ = cp.audit_events(offset)
+        idle_events, offset = cp.audit_events(offset)
         idle = sum(writes_of(idle_events, user) for user in users)
+        before = samples(processes)
         deleted = await delete_and_time(kube, namespace, CLUSTER, within)
-    return SideResult("capfleet", n, provisioned, deleted, figures, idle)
+        deleting_events, _ = cp.audit_events(offset)
+        deletion = operator_figures(deleting_events, before, samples(processes))
+    return SideResult("capfleet", n, provisioned, deleted, figures, idle, deletion)
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:

@@ -9,10 +9,13 @@ exist before the first object is handled).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from capfleet import reconciling, resources
+from capfleet import conditions, errors, reconciling, resources
 from capfleet.api import kinds
+from capfleet.api.base import Condition
 from capi_machine_glue.cache import WatchCache
 from capi_machine_glue.settings import GlueSettings
 from capi_machine_glue.wakeups import Wakeups
@@ -37,6 +40,22 @@ class Context(reconciling.Context):
     settings: GlueSettings = reconciling.in_memo(reconciling.SETTINGS_KEY)
     wakeups: Wakeups = reconciling.in_memo(WAKEUPS_KEY)
     cache: WatchCache = reconciling.in_memo(CACHE_KEY)
+
+    async def announce(self, body: Mapping[str, Any], ready: Condition) -> None:
+        """A Normal Event when the object becomes Ready, and none while it is not: a machine's Ready is
+        False at every step a child takes (a server powering off, network booting, installing), and the
+        children post their own Events for their steps and failures, which the step conditions quote. The
+        glue's own refusals are Warnings (`refused`)."""
+        if ready.status == "True":
+            await self.recorder.transition(body, "Normal", ready.reason, ready.message)
+        else:
+            self.recorder.forget(body, "Normal", conditions.READY)  # Ready again later is news again
+
+    async def refused(self, body: Mapping[str, Any], error: errors.CapfleetError) -> None:
+        """A Warning with the error's reason when the glue itself cannot go on (a child spec that would be
+        invalid, a child's name taken by another object); waiting is not worth one."""
+        if not isinstance(error, errors.Waiting):
+            await self.recorder.transition(body, "Warning", error.reason, error.message)
 
 
 # The glue creates these: until it has, each reconcile would GET one in vain (see `cache`).

@@ -11,7 +11,7 @@ finalizers. The wake-up registry and the cache are created at startup in the ope
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import kopf
@@ -41,6 +41,9 @@ from capi_machine_glue.wakeups import HYBRID_CLUSTER, HYBRID_MACHINE, Key, Wakeu
 IDENTITY = runtime.Identity("capi-machine-glue")
 runtime.count_phases(HYBRID_MACHINES)
 CANCELLATION_TIMEOUT = 10.0
+# How long a deletion handler waits for children before handing the wait to kopf's retry (which shows it
+# in kopf's progress and survives a restart).
+DELETION_PATIENCE_SECONDS = 60.0
 
 
 @kopf.on.startup()
@@ -79,6 +82,21 @@ def _namespaced(namespace: str | None) -> str:
     return namespace
 
 
+def deletion(
+    ctx: Context, key: Key, delete: Callable[[Context, Mapping[str, Any]], Awaitable[None]]
+) -> Callable[[], Awaitable[None]]:
+    """One attempt of a deletion, on the object as it now is (its status and pause may have changed
+    while the deletion waited)."""
+    resource = HYBRID_MACHINES if key.kind == HYBRID_MACHINE else HYBRID_CLUSTERS
+
+    async def attempt() -> None:
+        body = await ctx.kube.get(resource, key.name, key.namespace)
+        if body is not None:
+            await delete(ctx, body)
+
+    return attempt
+
+
 @kopf.daemon(*HYBRID_MACHINES.watch, cancellation_timeout=CANCELLATION_TIMEOUT)
 async def machine_loop(
     name: str, namespace: str | None, memo: kopf.Memo, stopped: kopf.DaemonStopped, **_: Any
@@ -90,8 +108,10 @@ async def machine_loop(
 
 @kopf.on.delete(*HYBRID_MACHINES.watch)
 @runtime.reconciler("HybridMachine")
-async def delete_machine(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    await machines.delete(Context.from_memo(memo), body)
+async def delete_machine(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
+    ctx = Context.from_memo(memo)
+    key = Key(HYBRID_MACHINE, _namespaced(namespace), name)
+    await loops.waiting_out(ctx, key, deletion(ctx, key, machines.delete), DELETION_PATIENCE_SECONDS)
 
 
 def nothing_to_record(body: Mapping[str, Any]) -> bool:
@@ -118,8 +138,10 @@ async def cluster_loop(
 
 @kopf.on.delete(*HYBRID_CLUSTERS.watch, when=ours)
 @runtime.reconciler("HybridCluster")
-async def delete_cluster(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    await clusters.delete(Context.from_memo(memo), body)
+async def delete_cluster(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
+    ctx = Context.from_memo(memo)
+    key = Key(HYBRID_CLUSTER, _namespaced(namespace), name)
+    await loops.waiting_out(ctx, key, deletion(ctx, key, clusters.delete), DELETION_PATIENCE_SECONDS)
 
 
 @kopf.on.event(*HYBRID_MACHINES.watch)

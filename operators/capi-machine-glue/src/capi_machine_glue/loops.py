@@ -4,10 +4,15 @@ kopf runs one loop per HybridMachine and HybridCluster as a daemon. A reconcile 
 child, for CAPI) raises a capfleet error; the loop then sleeps for that error's backoff (the fleet's one
 retry policy, `CapfleetError.delay`), but any change that concerns the object wakes it at once. So
 waiting costs nothing, and progress follows events. Without a failure, or after one that only a change
-can fix, the loop sleeps for the resync setting.
+can fix, the loop sleeps for the resync setting. A change that wakes it is usually the first of a few
+(a child's creation, its finalizer, its first status): the loop lets them settle for a moment
+(`settle_seconds`) and reconciles once for all of them.
 
 A reconcile woken by a change reads what the watches have shown (`cache`); one woken by the resync or a
 retry's backoff reads from the API server.
+
+Deletion is woken the same way (`waiting_out`): it looks again for the children when one of them changes
+or goes, instead of at kopf's next retry.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from typing import Any, Protocol
 from capfleet import errors, kube, metrics
 from capi_machine_glue.cache import Reads
 from capi_machine_glue.contexts import Context
-from capi_machine_glue.wakeups import Key, sleep_until_woken
+from capi_machine_glue.wakeups import Key, settle, sleep_until_woken
 
 log = logging.getLogger(__name__)
 
@@ -70,5 +75,37 @@ async def run(
                 delay, result, retry = ctx.settings.resync_seconds, "success", 0
             metrics.record_reconcile(key.kind, result, time.monotonic() - started)
             by_event = await sleep_until_woken(woken, stopped.wait, delay)
+            if by_event:
+                await settle(stopped.wait, ctx.settings.settle_seconds)
     finally:
-        ctx.wakeups.unregister(key)
+        ctx.wakeups.unregister(key, woken)
+
+
+async def waiting_out(
+    ctx: Context, key: Key, attempt: Callable[[], Awaitable[None]], patience: float
+) -> None:
+    """Run `attempt` until it no longer waits, looking again when a change to the object or one of its
+    children wakes it, else after the wait's own backoff; after `patience` seconds the last wait is
+    raised, for kopf to retry.
+
+    A deletion waits for the children's operators to release them. Raised at once, each wait would be a
+    kopf retry: two patches of kopf's progress on the object and a backoff that grows past the moment
+    the last child is gone. Waited out here, it costs no write and ends when the last child's deletion
+    is seen."""
+    woken = ctx.wakeups.register(key)
+    clock = time.monotonic
+    started, retry = clock(), 0
+    try:
+        while True:
+            woken.clear()
+            try:
+                await attempt()
+                return
+            except errors.Waiting as waiting:
+                delay = waiting.delay(retry)
+                if delay is None or clock() - started + delay > patience:
+                    raise
+            retry += 1
+            await sleep_until_woken(woken, None, delay)
+    finally:
+        ctx.wakeups.unregister(key, woken)

@@ -221,8 +221,9 @@ async def reconcile(ctx: Context, namespace: str, name: str, reads: Reads) -> No
     run = MachineReconcile(ctx, reads, body, machine, children, recorder)
     try:
         await converge(run, cluster_name, cluster, owner)
-    except errors.CapfleetError:
+    except errors.CapfleetError as exc:
         await recorder.finish()
+        await ctx.refused(body, exc)
         raise
     await recorder.finish()
 

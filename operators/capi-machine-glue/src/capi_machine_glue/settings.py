@@ -1,7 +1,8 @@
 """capi-machine-glue's own options, read once at startup (`runtime.run`) from environment variables.
 
-Both are intervals of the reconcile loops (`loops`): the resync is a safety net (changes wake a loop at
-once), the deletion poll is how soon deletion looks again for children their operators still hold.
+All are intervals of the reconcile loops (`loops`): the resync is a safety net (changes wake a loop at
+once), the settle time how long a woken loop lets a burst of changes gather, the deletion poll how soon
+deletion looks again for children their operators still hold.
 """
 
 from __future__ import annotations
@@ -15,5 +16,8 @@ from capfleet import reconciling
 class GlueSettings(reconciling.Settings):
     resync_seconds: float = reconciling.setting(60.0, env="CAPFLEET_GLUE_RESYNC_SECONDS")
     """How often a loop reconciles without being woken: a safety net, changes wake it at once."""
+    settle_seconds: float = reconciling.setting(0.5, env="CAPFLEET_GLUE_SETTLE_SECONDS")
+    """How long a loop woken by a change waits for the changes that follow it before reconciling once for
+    all of them (0: at once). Each reconcile that finds something new writes the status."""
     deletion_poll_seconds: float = reconciling.setting(2.0, env="CAPFLEET_GLUE_DELETION_POLL_SECONDS")
     """How soon deletion first checks again whether the children are gone (then less often)."""

@@ -62,7 +62,7 @@ def test_the_table_shows_times_with_their_ratio_and_per_machine_costs() -> None:
             "capi-machine-glue": OperatorFigures(
                 1200, 500, 12.5, 80.0, {"patch hybridmachines/status": 400, "create ipaddressclaims": 100}
             ),
-            "ipam-address": OperatorFigures(300, 300, 3.0, 82.0),
+            "ipam-address": OperatorFigures(300, 300, 3.0, 82.0, idle_rss_mib=71.5),
         },
         idle_writes_per_minute=0,
         deletion={
@@ -72,7 +72,8 @@ def test_the_table_shows_times_with_their_ratio_and_per_machine_costs() -> None:
     table = format_results(floor, fleet).splitlines()
     assert table[1].split()[-3:] == ["40.0", "60.0", "1.50"]
     assert table[2].split()[-3:] == ["20.0", "30.0", "1.50"]
-    assert table[5].split() == ["capi-machine-glue", "12.00", "5.00", "12.5", "80.0"]
+    assert table[5].split() == ["capi-machine-glue", "12.00", "5.00", "12.5", "80.0", "n/a"]
+    assert table[6].split() == ["ipam-address", "3.00", "3.00", "3.0", "82.0", "71.5"]
     assert table[7].split() == ["all", "operators", "8.00"]
     assert table[8].endswith(": 0")
     assert table[11] == "  capi-machine-glue: patch hybridmachines/status 4.00, create ipaddressclaims 1.00"

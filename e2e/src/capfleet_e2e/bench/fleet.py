@@ -15,8 +15,8 @@ infrastructureProvisioned`), then delete the cluster and time it until every Mac
 
 Per operator it reads, from the API server's audit log, its requests and writes per machine, and from
 /proc its CPU seconds and peak RSS; then, with everything provisioned, the writes of a quiet minute (idle
-writes, which must be 0); and the same figures while the Cluster is deleted. The VM half of a hybrid
-fleet is not in this bench yet.
+writes, which must be 0) and the resident memory after it; and the same figures while the Cluster is
+deleted. The VM half of a hybrid fleet is not in this bench yet.
 """
 
 from __future__ import annotations
@@ -85,6 +85,8 @@ class OperatorFigures:
     peak_rss_mib: float = 0.0
     # "patch hybridmachines/status" -> how many: where the writes went.
     writes_by_target: dict[str, int] = field(default_factory=dict)
+    # Resident now, once the fleet is converged and has been quiet for a minute.
+    idle_rss_mib: float | None = None
 
 
 @dataclass
@@ -150,10 +152,11 @@ def _per_operator(
     title: str, operators: Mapping[str, OperatorFigures], machines: int, *, peak_rss: bool
 ) -> list[str]:
     """A row per operator (requests and writes per machine, CPU seconds, peak RSS), then all writes."""
-    rss_title = f"{'peak RSS MiB':>14}" if peak_rss else ""
+    rss_title = f"{'peak RSS MiB':>14}{'idle RSS MiB':>14}" if peak_rss else ""
     lines = [f"{title:<24}{'requests/machine':>18}{'writes/machine':>16}{'CPU s':>9}{rss_title}"]
     for name, figures in operators.items():
-        rss = f"{figures.peak_rss_mib:>14.1f}" if peak_rss else ""
+        idle = f"{figures.idle_rss_mib:>14.1f}" if figures.idle_rss_mib is not None else f"{'n/a':>14}"
+        rss = f"{figures.peak_rss_mib:>14.1f}{idle}" if peak_rss else ""
         lines.append(
             f"{name:<24}{figures.requests / machines:>18.2f}{figures.writes / machines:>16.2f}"
             f"{figures.cpu_seconds:>9.1f}{rss}"
@@ -407,6 +410,8 @@ async def run_fleet(cp: ControlPlane, kube: Kube, n: int, within: float, workdir
         idle_events, offset = cp.audit_events(offset)
         idle = sum(writes_of(idle_events, user) for user in users)
         before = samples(processes)
+        for op, sample in before.items():
+            figures[op].idle_rss_mib = sample.rss_bytes / 2**20
         deleted = await delete_and_time(kube, namespace, CLUSTER, within)
         deleting_events, _ = cp.audit_events(offset)
         deletion = operator_figures(deleting_events, before, samples(processes))

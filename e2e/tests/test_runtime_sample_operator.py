@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from capfleet import leadership, ownership, pausing, resources, securemetrics
+from capfleet import leadership, ownership, pausing, resources, selfsigned
 from capfleet.kube import Kube
 from capfleet.leadership import LEADER_LABEL
 from capfleet.resources import Resource
@@ -310,7 +310,7 @@ async def test_two_replicas_one_acts_and_the_standby_takes_over_within_the_lease
 async def test_secure_metrics_answer_only_the_callers_rbac_allows(
     control_plane: Cluster, namespace: str, run_operator: RunOperator, tmp_path: Path
 ) -> None:
-    cert, key = securemetrics.self_signed(["127.0.0.1"])
+    cert, key = selfsigned.certificate(["127.0.0.1"])
     (tmp_path / "tls.crt").write_bytes(cert)
     (tmp_path / "tls.key").write_bytes(key)
     port = free_port()

@@ -89,3 +89,46 @@ def test_install_does_nothing_once_the_real_package_is_loaded() -> None:
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["False", "True"]
+
+
+HEAVY = ("libvirt", "libvirtmod", "paramiko", "pyghmi", "cryptography")
+
+
+@pytest.mark.parametrize(
+    "handlers",
+    [
+        "capi_machine_glue.handlers",
+        "ipam_address.handlers",
+        "libvirt_vm.handlers",
+        "netbox_device.handlers",
+        "baremetal_provision.handlers",
+    ],
+)
+def test_no_operator_loads_libvirt_paramiko_pyghmi_or_cryptography_until_it_needs_them(
+    handlers: str,
+) -> None:
+    # A module `lean_imports.lazy` made sits in sys.modules as a _LazyModule until something reads it.
+    script = "\n".join(
+        [
+            f"import sys, {handlers}",
+            "kinds = {n.split('.')[0]: type(m).__name__ for n, m in sys.modules.items()}",
+            f"print(sorted(n for n, kind in kinds.items() if n in {HEAVY!r} and kind != '_LazyModule'))",
+        ]
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_a_lazy_module_loads_when_first_read_and_is_the_module_itself() -> None:
+    script = "\n".join(
+        [
+            "from capfleet import lean_imports",
+            "colorsys = lean_imports.lazy('colorsys')",
+            "before = type(colorsys).__name__",
+            "value = colorsys.hls_to_rgb(0, 0.5, 0)",
+            "import colorsys as imported",
+            "print(before, type(colorsys).__name__, imported is colorsys, value)",
+        ]
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["_LazyModule", "module", "True", "(0.5,", "0.5,", "0.5)"]

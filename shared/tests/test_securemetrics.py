@@ -6,16 +6,18 @@ e2e/tests/test_runtime_sample_operator.py.
 
 import ipaddress
 import ssl
+import subprocess
+import sys
 from pathlib import Path
 
 from cryptography import x509
 
+from capfleet import selfsigned
 from capfleet.options import parse_options
 from capfleet.securemetrics import (
     TokenCache,
     access_review,
     bearer_token,
-    self_signed,
     tls_context,
     token_review,
 )
@@ -64,7 +66,7 @@ def test_answers_are_cached_for_a_while_and_never_by_the_token_itself() -> None:
 
 
 def test_a_self_signed_certificate_names_hosts_and_addresses(tmp_path: Path) -> None:
-    cert_pem, key_pem = self_signed(["capfleet-ipam-address-manager-0", "127.0.0.1"])
+    cert_pem, key_pem = selfsigned.made_apart(["capfleet-ipam-address-manager-0", "127.0.0.1"])
     cert = x509.load_pem_x509_certificate(cert_pem)
     names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert names.get_values_for_type(x509.DNSName) == ["capfleet-ipam-address-manager-0"]
@@ -81,3 +83,19 @@ def test_plain_metrics_stay_on_loopback_unless_opened_on_purpose() -> None:
     assert options.metrics_secure_address == ""
     secure = parse_options(["--metrics-secure-address", "0.0.0.0:8443"], {"CAPFLEET_METRICS_CERT_DIR": "/c"})
     assert (secure.metrics_secure_address, secure.metrics_cert_dir) == ("0.0.0.0:8443", "/c")
+
+
+def test_the_operator_itself_never_imports_cryptography_for_its_certificate() -> None:
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from capfleet import securemetrics;"
+            " securemetrics.tls_context(None, ['localhost']);"
+            " print(sorted(m for m in sys.modules if m.split('.')[0] == 'cryptography'))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert child.stdout.strip() == "[]"

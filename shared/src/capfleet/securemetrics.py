@@ -15,9 +15,7 @@ The decisions (`bearer_token`, `token_review`, `access_review`, `TokenCache`) ar
 
 from __future__ import annotations
 
-import datetime
 import hashlib
-import ipaddress
 import logging
 import ssl
 import tempfile
@@ -29,11 +27,8 @@ from typing import Any
 
 import prometheus_client
 from aiohttp import web
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
+from capfleet import selfsigned
 from capfleet.kube import Kube, KubeError
 from capfleet.resources import SUBJECT_ACCESS_REVIEWS, TOKEN_REVIEWS
 
@@ -112,34 +107,6 @@ async def decide(kube: Kube, token: str | None, cache: TokenCache) -> int:
     return status
 
 
-def self_signed(names: list[str]) -> tuple[bytes, bytes]:
-    """A certificate (PEM) and its key for `names` (DNS names or IP addresses), valid for a year."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])])
-    alternative: list[x509.GeneralName] = []
-    for name in names:
-        try:
-            alternative.append(x509.IPAddress(ipaddress.ip_address(name)))
-        except ValueError:
-            alternative.append(x509.DNSName(name))
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=365))
-        .add_extension(x509.SubjectAlternativeName(alternative), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    return certificate.public_bytes(serialization.Encoding.PEM), key_pem
-
-
 def tls_context(cert_dir: str | None, names: list[str]) -> ssl.SSLContext:
     """TLS from `cert_dir`'s tls.crt and tls.key, or a self-signed certificate for `names`."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -147,7 +114,7 @@ def tls_context(cert_dir: str | None, names: list[str]) -> ssl.SSLContext:
     if cert_dir:
         context.load_cert_chain(Path(cert_dir) / "tls.crt", Path(cert_dir) / "tls.key")
         return context
-    cert, key = self_signed(names)
+    cert, key = selfsigned.made_apart(names)
     with tempfile.TemporaryDirectory(prefix="capfleet-metrics-") as scratch:
         cert_path, key_path = Path(scratch) / "tls.crt", Path(scratch) / "tls.key"
         cert_path.write_bytes(cert)

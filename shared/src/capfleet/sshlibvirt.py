@@ -13,6 +13,7 @@ Every call here blocks: callers in an event loop run them in a thread (`asyncio.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import select
 import shlex
@@ -22,12 +23,27 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import libvirt
-import paramiko
+from capfleet import lean_imports
+
+if TYPE_CHECKING:
+    import libvirt
+    import paramiko
+else:
+    libvirt = lean_imports.lazy("libvirt")
+    paramiko = lean_imports.lazy("paramiko")
 
 REMOTE_HELPER = "virt-ssh-helper"
+
+
+@functools.cache
+def quiet_lookups() -> None:
+    """Lookups that miss are expected (and handled by the callers); libvirt would print each one to
+    stderr. Set when the first connection opens, so a process that never opens one never loads libvirt."""
+    libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
+
+
 _CHUNK = 65536
 
 
@@ -145,6 +161,7 @@ class SSHLibvirtConnection:
                 )
                 self._bridge.start()
                 try:
+                    quiet_lookups()
                     self.conn = libvirt.open(f"qemu+unix:///system?socket={path}")
                 except libvirt.libvirtError as e:
                     raise SSHLibvirtError(f"{e}; {REMOTE_HELPER} said: {self.helper_stderr.strip()}") from e

@@ -23,7 +23,6 @@ from sushy import auth as sushy_auth
 from sushy import connector as sushy_connector
 from sushy import exceptions as sushy_errors
 
-from baremetal_provision.backends import ipmi
 from baremetal_provision.backends.base import (
     BMC,
     IPMI_PORT,
@@ -76,6 +75,8 @@ def _parse_ipmi(rest: str) -> IpmiAddress:
 def wire_error(exc: Exception, address: Address | IpmiAddress) -> errors.CapfleetError:
     """The capfleet error for a sushy (or requests) or pyghmi failure; messages never carry credentials."""
     if isinstance(address, IpmiAddress):
+        from baremetal_provision.backends import ipmi  # loaded with the first IPMI BMC (`connect`)
+
         return ipmi.wire_error(exc, address)
     where = f"BMC {address.base_url}{address.system_path}"
     if isinstance(exc, sushy_errors.AccessError):
@@ -187,5 +188,8 @@ def connect(address: str, credentials: Credentials, *, verify: bool, ipmi_cipher
     """The BMC at `address` (validated first; raises InvalidSpec); no request is made yet."""
     parsed = parse_address(address)
     if isinstance(parsed, IpmiAddress):
+        # pyghmi (and the cryptography it imports, ~15 MiB resident) only in a process that has an IPMI BMC.
+        from baremetal_provision.backends import ipmi
+
         return ipmi.IpmiBMC(parsed, credentials, cipher_suite=3 if ipmi_cipher_suite == 3 else 17)
     return RedfishBMC(parsed, credentials, verify=verify)

@@ -17,13 +17,17 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-import libvirt
-import paramiko
-
-from capfleet import errors
+from capfleet import errors, lean_imports
 from capfleet.sshlibvirt import SSHLibvirtConnection, SSHLibvirtError, SSHTarget
+
+if TYPE_CHECKING:
+    import libvirt
+    import paramiko
+else:
+    libvirt = lean_imports.lazy("libvirt")
+    paramiko = lean_imports.lazy("paramiko")
 
 T = TypeVar("T")
 

@@ -12,16 +12,17 @@ import contextlib
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import libvirt
+from capfleet import errors, lean_imports
 
-from capfleet import errors
+if TYPE_CHECKING:
+    import libvirt
+else:
+    libvirt = lean_imports.lazy("libvirt")
 
 GIB = 1 << 30
 _CHUNK = 1 << 20
-# Lookups that miss are expected (and handled); libvirt would print each one to stderr.
-libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
 STATES = {0: "nostate", 1: "running", 2: "blocked", 3: "paused", 4: "shutdown", 5: "shutoff", 6: "crashed"}
 
 

@@ -5,6 +5,7 @@ import prometheus_client
 import pytest
 
 from capfleet import errors, persistence, runtime
+from capfleet.kube import KubeError
 from capfleet.options import parse_options, split_address
 
 
@@ -124,6 +125,27 @@ async def test_reconciler_translates_errors_and_counts_results() -> None:
     assert 4.0 <= caught.value.delay <= 8.0
     assert _count("UnitTest", "success") == before_ok + 1
     assert _count("UnitTest", "retry") == before_retry + 1
+
+
+async def test_an_unexpected_api_answer_is_retried_by_what_it_means_not_kopfs_flat_minute() -> None:
+    answers = [
+        KubeError(504, "Timeout", "request did not complete within requested timeout"),
+        KubeError(409, "Conflict", "the object has been modified"),
+        KubeError(403, "Forbidden", "cannot patch secrets"),
+    ]
+
+    @runtime.reconciler("UnitTest")
+    async def handler(retry: int) -> None:
+        raise answers.pop(0)
+
+    delays = []
+    for _ in range(3):
+        with pytest.raises(kopf.TemporaryError) as caught:
+            await handler(retry=0)
+        delays.append(caught.value.delay)
+    assert 1.0 <= (delays[0] or 0) <= 2.0  # unavailable: 2 s, jittered
+    assert 0.5 <= (delays[1] or 0) <= 1.0  # a conflict: 1 s
+    assert 30.0 <= (delays[2] or 0) <= 60.0  # refused: slowly
 
 
 def test_split_address() -> None:

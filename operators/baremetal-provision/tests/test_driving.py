@@ -3,6 +3,7 @@ order, which marks and status are written, and which Events are posted."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, cast
@@ -12,7 +13,7 @@ from baremetal_helpers import instance_body
 
 from baremetal_provision import markers, provisioning
 from baremetal_provision.backends.base import BMC, BootDevice, Credentials, PowerState, SystemFacts
-from baremetal_provision.contexts import Context, OpenedAttempts
+from baremetal_provision.contexts import INSTANCES, Context, OpenedAttempts
 from baremetal_provision.settings import BaremetalSettings
 from capfleet import errors, events, pausing, secretholds
 from capfleet.kube import Kube
@@ -33,8 +34,17 @@ class FakeKube:
         self.annotation_patches: list[set[str]] = []
         self.status: list[dict[str, Any]] = []
         self.events: list[tuple[str, str]] = []
+        self.instance: dict[str, Any] | None = None  # read back with the annotations patched since
 
     async def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        if resource.plural == INSTANCES.plural:
+            if self.instance is None:
+                return None
+            meta = self.instance["metadata"]
+            return {
+                **self.instance,
+                "metadata": {**meta, "annotations": {**meta["annotations"], **self.annotations}},
+            }
         data = self.secrets.get(name) if resource.plural == "secrets" else None
         if data is None:
             return None
@@ -301,10 +311,30 @@ async def test_deletion_network_boots_the_cleaner_and_waits_for_it() -> None:
     ctx, kube = context(server)
     deleted = body({markers.CALLED_BACK: ago(600)}, cleaning="metadata")
     with pytest.raises(provisioning.CleaningInProgress):
-        await provisioning.deprovision(ctx, deleted)
+        await provisioning.deprovision(ctx, deleted, patience=0)
     assert server.calls == ["power_off", "boot_pxe_once", "power_on", "close"]
     assert markers.CLEANING_BOOTED in kube.annotations
     assert kube.events == [("Normal", "Cleaning")]
+
+
+async def test_a_deletion_waits_for_the_cleaner_and_goes_on_as_soon_as_it_calls_back() -> None:
+    server = FakeBMC(power="On")
+    ctx, kube = context(server)
+    deleted = body({markers.CALLED_BACK: ago(600)}, cleaning="metadata")
+    kube.instance = deleted
+    deletion = asyncio.create_task(provisioning.deprovision(ctx, deleted))
+    for _ in range(500):
+        if "power_on" in server.calls:
+            break
+        await asyncio.sleep(0.01)
+    assert server.calls == ["power_off", "boot_pxe_once", "power_on", "close"], "the cleaner boots"
+    assert not deletion.done(), "the deletion waits for the cleaner in the handler, not in kopf's retry"
+    kube.annotations[markers.CLEANED] = ago(0)  # what the boot server writes, then says
+    ctx.attempts.callback("ns", "bm").set()
+    await asyncio.wait_for(deletion, provisioning.CLEANING_LOOK_SECONDS / 3)
+    assert server.calls[4:] == ["shut_down", "boot_disk_persistent", "close"]
+    assert kube.events == [("Normal", "Cleaning"), ("Normal", "Deprovisioning")]
+    assert ctx.attempts._callbacks == {}, "forgotten with the instance"
 
 
 async def test_deletion_after_cleaning_powers_off_and_boots_from_disk() -> None:

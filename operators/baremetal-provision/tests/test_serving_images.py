@@ -13,9 +13,10 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from boot_server_harness import instance, serving_of
+from boot_server_harness import FakeKube, instance, serving_of, serving_with
 
 from baremetal_provision import imagecache, markers, reports
+from baremetal_provision.contexts import OpenedAttempts
 
 IMAGE_BYTES = bytes(range(256)) * 4096
 DIGEST = hashlib.sha256(IMAGE_BYTES).hexdigest()
@@ -79,7 +80,9 @@ async def test_the_cleaner_signs_its_callback_with_a_key_of_its_own() -> None:
     image = {"url": "https://images.example/node.raw", "checksum": DIGEST}
     body = image_instance(image, {markers.CALLED_BACK: "2026-01-01T00:00:00Z"})
     body["metadata"]["deletionTimestamp"] = "2026-01-02T00:00:00Z"
-    async with serving_of(body) as (client, kube, token):
+    kube, attempts = FakeKube(body), OpenedAttempts()
+    called_back = attempts.callback("ns", "bm")
+    async with serving_with(kube, body, attempts=attempts) as (client, token):
         key = await (await client.get(f"/key/{token}")).text()
         assert key == markers.callback_key(body["metadata"], cleaning=True)
         assert key != markers.callback_key(body["metadata"]), "not the deployment's key"
@@ -88,9 +91,11 @@ async def test_the_cleaner_signs_its_callback_with_a_key_of_its_own() -> None:
             await client.post(f"/cleaned/{token}", params={"result": "cleaned"}, data=report)
         ).status == 403
         assert markers.CLEANED not in kube.annotations
+        assert not called_back.is_set()
         signed = {"result": "cleaned", "sig": reports.signature(key, "cleaned", "", report)}
         assert (await client.post(f"/cleaned/{token}", params=signed, data=report)).status == 204
         assert markers.CLEANED in kube.annotations
+        assert called_back.is_set(), "the deletion waiting for the cleaner is told at once"
 
 
 async def test_an_unknown_reason_is_not_taken_and_a_bare_callback_is_a_success() -> None:

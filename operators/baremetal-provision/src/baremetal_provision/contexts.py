@@ -37,6 +37,8 @@ class OpenedAttempts:
     token here before the power-on, and the boot server reads such an instance from the API server."""
 
     instances: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # Set when the boot server took a cleaner's callback: the deletion waiting for it goes on at once.
+    _callbacks: dict[tuple[str, str], asyncio.Event] = field(default_factory=dict)
 
     def opened(self, token: str, namespace: str, name: str) -> None:
         self.instances[token] = (namespace, name)
@@ -44,9 +46,15 @@ class OpenedAttempts:
     def instance_of(self, token: str) -> tuple[str, str] | None:
         return self.instances.get(token)
 
+    def callback(self, namespace: str, name: str) -> asyncio.Event:
+        """The signal the boot server sets when the instance's cleaner has called back (and its mark is
+        written)."""
+        return self._callbacks.setdefault((namespace, name), asyncio.Event())
+
     def forget(self, namespace: str, name: str) -> None:
         for token in [t for t, owner in self.instances.items() if owner == (namespace, name)]:
             del self.instances[token]
+        self._callbacks.pop((namespace, name), None)
 
 
 @dataclass

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
@@ -297,18 +298,50 @@ def needs_resync(body: Mapping[str, Any]) -> bool:
 
 
 class CleaningInProgress(errors.Waiting):
-    """The cleaner runs; its callback (an annotation) wakes the deletion handler before this delay."""
+    """The cleaner runs; kopf calls the deletion again after this delay (once the wait in `deprovision`
+    ran out of patience)."""
 
     retry_base = 5.0
     retry_cap = 15.0
 
 
-async def deprovision(ctx: Context, body: Mapping[str, Any]) -> None:
+# While the cleaner runs, the deletion handler waits for its callback itself (the boot server in this
+# process says when it came; another replica's is seen at the next look) rather than raising for kopf to
+# call it again: each of kopf's retries is two patches of its progress on the instance.
+CLEANING_PATIENCE_SECONDS = 600.0
+CLEANING_LOOK_SECONDS = 15.0
+
+
+async def deprovision(
+    ctx: Context, body: Mapping[str, Any], *, patience: float = CLEANING_PATIENCE_SECONDS
+) -> None:
     """Clean the server if asked (network-boot the cleaner, wait for its callback), power it off
-    (gracefully, then forced) and put its boot device back on disk. Raises to be called again while
-    the cleaner runs. An instance that never acted on its BMC (a wrong password, an unreachable BMC)
-    or is detached is deleted without asking the BMC anything. Last, the credentials Secret is let go of
-    (a run after that only lets go again)."""
+    (gracefully, then forced) and put its boot device back on disk. While the cleaner runs it waits for
+    the callback, looking again every `CLEANING_LOOK_SECONDS`, and after `patience` seconds raises to be
+    called again. An instance that never acted on its BMC (a wrong password, an unreachable
+    BMC) or is detached is deleted without asking the BMC anything. Last, the credentials Secret is let
+    go of (a run after that only lets go again)."""
+    meta = body["metadata"]
+    namespace, name = str(meta.get("namespace") or ""), str(meta["name"])
+    called_back = ctx.attempts.callback(namespace, name)
+    started = time.monotonic()
+    while True:
+        try:
+            await _deprovision_and_let_go(ctx, body)
+            return
+        except CleaningInProgress:
+            if time.monotonic() - started + CLEANING_LOOK_SECONDS > patience:
+                raise
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(called_back.wait(), CLEANING_LOOK_SECONDS)
+        called_back.clear()  # before reading: a callback after this read sets it again
+        fresh = await ctx.kube.get(INSTANCES, name, namespace)
+        if fresh is None:
+            return
+        body = fresh
+
+
+async def _deprovision_and_let_go(ctx: Context, body: Mapping[str, Any]) -> None:
     instance = kinds.BAREMETAL_INSTANCE.parse(body)
     await secretholds.release(ctx.kube, holder_of(instance), lambda: _deprovision(ctx, instance, body))
 

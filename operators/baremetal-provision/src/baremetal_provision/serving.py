@@ -389,6 +389,7 @@ async def cleaned(request: web.Request) -> web.Response:
     else:
         log.info("cleaner of %s/%s called back", served.namespace, served.name)
     await lookup.mark(served, markers.CLEANED)
+    lookup.attempts.callback(served.namespace, served.name).set()
     return web.Response(status=204)
 
 

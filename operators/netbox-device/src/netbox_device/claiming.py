@@ -8,7 +8,10 @@ The claim is a single write of owner, remembered state, status, tenant and descr
   writer sees the other owner on reading back and moves on. This holds as long as no claimant takes
   longer than `settle` between its read and its write; `held` re-reads the owner field on every
   reconcile, so a claim lost even then is noticed and redone, never silently shared.
-Claims made by this process never race each other: `reserved` holds the devices being tried right now.
+Claims made by this process never race each other: `reserved` holds the devices being tried right now, and
+the listing of candidates leaves them out, so hundreds of claims at once are each shown devices nobody here
+is trying (a page of free devices is 25: listed in full, all of them in flight, a claim found "no free
+device" while hundreds were free, and waited a whole poll interval).
 """
 
 from __future__ import annotations
@@ -50,23 +53,50 @@ async def held(devices: Devices, owner: str) -> Record | None:
     return owned[0] if owned else None
 
 
-async def take(devices: Devices, claimant: Claimant, reserved: set[int]) -> Record | None:
-    """Claim one free device matching the selector, or None when none is free."""
+# Listings one claim makes when every device listed is being tried by other claims of this process.
+LISTINGS = 5
+
+
+@dataclass(frozen=True)
+class Taken:
+    """What a claim came to: the device won, or None; how many devices it tried, and whether any free one
+    was listed (listed but not won: others were quicker, and there may be more; none listed: none free)."""
+
+    device: Record | None
+    tried: int
+    listed: bool
+
+
+async def take(devices: Devices, claimant: Claimant, reserved: set[int]) -> Taken:
+    """Claim one free device matching the selector that no claim of this process is trying."""
     tenant = claimant.claim.tenant
     tenant_id = await devices.tenant_id(tenant) if tenant else None
-    candidates = await devices.candidates(device_filters(claimant.selector))
-    for candidate in spread([c for c in candidates if int(c["id"]) not in reserved], claimant.owner):
-        device_id = int(candidate["id"])
-        if device_id in reserved:
-            continue
-        reserved.add(device_id)
-        try:
-            won = await attempt(devices, device_id, claimant, tenant_id)
-        finally:
-            reserved.discard(device_id)
-        if won is not None:
-            return won
-    return None
+    tried, listed = 0, False
+    for _ in range(LISTINGS):
+        filters = device_filters(claimant.selector)
+        if reserved:
+            filters["id__n"] = sorted(reserved)
+        candidates = await devices.candidates(filters)
+        if not candidates:
+            break
+        listed = True
+        # Claims listed at the same moment are shown the same page: those another claim here took up
+        # while this one waited for its listing are left to it, and listed past if none is left.
+        for candidate in spread([c for c in candidates if int(c["id"]) not in reserved], claimant.owner):
+            device_id = int(candidate["id"])
+            if device_id in reserved:
+                continue
+            reserved.add(device_id)
+            tried += 1
+            try:
+                won = await attempt(devices, device_id, claimant, tenant_id)
+            finally:
+                reserved.discard(device_id)
+            if won is not None:
+                return Taken(won, tried, listed)
+        if tried:
+            break  # others were quicker: the caller looks again soon
+    return Taken(None, tried, listed)
 
 
 async def attempt(

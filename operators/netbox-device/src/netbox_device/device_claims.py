@@ -36,6 +36,15 @@ class NoFreeDevice(errors.Waiting):
         return self.interval
 
 
+class ClaimContended(errors.Waiting):
+    """Every free device this claim tried went to another claimant first: there may be more, so it looks
+    again soon rather than after the poll interval."""
+
+    default_reason = "ClaimContended"
+    retry_base = 1.0
+    retry_cap = 10.0
+
+
 def claimed(device: Record, interfaces: list[Record]) -> tuple[dict[str, Any], Update]:
     """The status fields of the held device, and the Ready that names it."""
     fields = device_status.device_fields(device, interfaces)
@@ -51,7 +60,10 @@ async def hold_or_claim(ctx: Context, claim: NetboxDevice) -> tuple[dict[str, An
     if device is None:
         spec = claim.spec
         claimant = claiming.Claimant(owner, spec.selector, spec.claim, ctx.settings.settle_seconds)
-        device = await claiming.take(devices, claimant, ctx.shared.reserved)
+        taken = await claiming.take(devices, claimant, ctx.shared.reserved)
+        device = taken.device
+        if device is None and taken.listed:
+            raise ClaimContended(f"the free devices listed went to other claims first ({taken.tried} tried)")
         if device is None:
             raise NoFreeDevice(
                 f"no free device matches the selector ({selection.describe(spec.selector)})",

@@ -23,7 +23,7 @@ KEY = Key(HYBRID_MACHINE, "ns", "m")
 
 def test_settings_keep_their_variable_names() -> None:
     assert GlueSettings.load({}) == GlueSettings(
-        resync_seconds=60.0, settle_seconds=0.5, deletion_poll_seconds=2.0
+        resync_seconds=600.0, settle_seconds=0.5, deletion_poll_seconds=2.0
     )
     loaded = GlueSettings.load(
         {

@@ -32,6 +32,15 @@ else:
 T = TypeVar("T")
 
 
+def load_bindings() -> None:
+    """Load libvirt and paramiko (lazy until a hypervisor is first reached) on the event loop's thread,
+    before a worker thread needs them: modules first imported in a worker thread leave their allocations
+    in that thread's malloc arena (first imported in a worker thread, libvirt-vm measured 117 MiB resident
+    once idle in the hybrid suite, over its 115 MiB budget; loaded here, the next run passed; one run
+    each)."""
+    _ = libvirt.VIR_DOMAIN_RUNNING, paramiko.SSHClient
+
+
 class Connection(Protocol):
     """What the pool needs of a connection: `SSHLibvirtConnection` satisfies it."""
 
@@ -92,6 +101,7 @@ class Pool:
                     return connection
                 del self._connections[name]
                 await asyncio.to_thread(connection.close)
+            load_bindings()
             connection = self._opener(target)
             try:
                 await self._bounded(name, connection, "opening", connection.open)

@@ -90,8 +90,8 @@ async def waiting_out(
 
     A deletion waits for the children's operators to release them. Raised at once, each wait would be a
     kopf retry: two patches of kopf's progress on the object and a backoff that grows past the moment
-    the last child is gone. Waited out here, it costs no write and ends when the last child's deletion
-    is seen."""
+    the last child is gone. Waited out here, it costs none of kopf's writes (the status still says what
+    it waits for) and ends when the last child's deletion is seen."""
     woken = ctx.wakeups.register(key)
     clock = time.monotonic
     started, retry = clock(), 0

@@ -157,7 +157,7 @@ def test_the_marks_an_operator_writes_itself_are_not_changes_kopf_handles() -> N
     settings = kopf.OperatorSettings()
     own_mark = "baremetal.capfleet.dev/network-booted-at"
     runtime.configure(
-        settings, runtime.Identity("baremetal-provision", own_marks=(own_mark,)), runtime.Options()
+        settings, runtime.Identity("baremetal-provision", quiet_marks=(own_mark,)), runtime.Options()
     )
     storage = settings.persistence.diffbase_storage
     annotations = {"baremetal.capfleet.dev/seed-fetched-at": "1"}

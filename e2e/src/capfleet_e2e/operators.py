@@ -32,8 +32,10 @@ class OperatorProcess:
         namespaces: Sequence[str] = (),
         extra_args: Sequence[str] = (),
         env: dict[str, str] | None = None,
+        verbose: bool = True,
     ) -> None:
         self.module = module
+        self.verbose = verbose
         self.kubeconfig = kubeconfig
         self.log_dir = log_dir
         self.namespaces = list(namespaces)
@@ -61,7 +63,7 @@ class OperatorProcess:
             "-m",
             self.module,
             "--standalone",
-            "--verbose",
+            *(["--verbose"] if self.verbose else []),
             "--kubeconfig",
             self.kubeconfig,
             "--health-address",

@@ -1,5 +1,5 @@
-"""Which instances the timers reconcile and the HTTP server serves, decided from the object alone (pure),
-and the BMC call metrics (against a closed loopback port)."""
+"""Which instances the deadline watch and the resync timer reconcile and the HTTP server serves, decided
+from the object alone (pure), and the BMC call metrics (against a closed loopback port)."""
 
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ import pytest
 
 from baremetal_provision import markers, phases
 from baremetal_provision.backends.base import SystemFacts
+from capfleet.api.baremetal import BaremetalInstanceSpec
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 ON_PXE = SystemFacts("On", "pxe", "Continuous")
@@ -256,3 +257,45 @@ def test_attempt_marks_are_read_from_annotations() -> None:
     assert (
         phases.Marks.of({"name": "bm", "annotations": {markers.FAILED_ATTEMPTS: "many"}}).failed_attempts == 0
     )
+
+
+GUEST_MARKS = (
+    markers.BOOT_REQUESTER,
+    markers.SEED_FETCHED,
+    markers.CALLBACK_KEY_FETCHED,
+    markers.CALLED_BACK,
+    markers.FAILURE_REPORTED,
+    markers.CLEANING_KEY_FETCHED,
+    markers.CLEANED,
+)
+
+
+CLEANED_ON_DELETION = BaremetalInstanceSpec.model_validate(
+    {
+        "bmc": {"address": "ipmi://10.0.0.1", "credentialsSecretRef": {"name": "bmc"}},
+        "bootMACAddress": "52:54:00:aa:bb:01",
+        "os": {"kernelURL": "http://h/k", "initrdURL": "http://h/i"},
+        "userDataSecretRef": {"name": "bootstrap"},
+        "cleaning": "metadata",
+    }
+)
+
+
+def decided_from(annotations: dict[str, str]) -> tuple[object, ...]:
+    """Everything the reconcile and the deletion decide on among an instance's marks."""
+    meta = {"name": "bm", "annotations": annotations}
+    deleted = {**meta, "deletionTimestamp": "2026-01-01T00:00:00Z"}
+    return (
+        phases.Marks.of(meta),
+        markers.touched(meta),
+        markers.cleaning_pending(deleted, CLEANED_ON_DELETION),
+    )
+
+
+@pytest.mark.parametrize("mark", GUEST_MARKS)
+def test_a_guest_mark_wakes_the_reconcile_exactly_when_a_decision_reads_it(mark: str) -> None:
+    """The guest's marks left out of what kopf compares (they wake no reconcile) must be marks no decision
+    reads; every other one must change what the reconcile sees."""
+    before = {markers.NETWORK_BOOTED: "2026-01-01T00:00:00Z"}
+    read = decided_from({**before, mark: "Reason: message"}) != decided_from(before)
+    assert read != (mark in markers.QUIET_MARKS)

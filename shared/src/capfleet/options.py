@@ -16,11 +16,12 @@ HANDLED_KEY = "last-handled-configuration"
 
 @dataclass(frozen=True)
 class Identity:
-    """Names that keep one operator's marks on shared objects apart from another's, and the annotations its
-    reconcile writes on its own objects (`own_marks`), whose changes need not wake it again."""
+    """Names that keep one operator's marks on shared objects apart from another's, and the annotations on
+    its own objects whose changes need not wake its reconcile (`quiet_marks`): those it writes itself, and
+    those it reads elsewhere but never decides on."""
 
     name: str
-    own_marks: tuple[str, ...] = ()
+    quiet_marks: tuple[str, ...] = ()
 
     @property
     def finalizer(self) -> str:

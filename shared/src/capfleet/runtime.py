@@ -65,14 +65,15 @@ def configure(
     # then waits until its watch shows that patch before handling the object again, so no handler ever
     # sees the object older than its own writes. Kept in memory instead (tried), the handler ran on a
     # body from before its last pass and wrote a second token and boot window on a BaremetalInstance.
-    # What saves those patches is fewer handlings: a mark the reconcile wrote itself is left out of
-    # what kopf compares, so writing it wakes no handler (and needs no record).
+    # What saves those patches is fewer handlings: a quiet mark (one the reconcile wrote itself, or one
+    # it never decides on) is left out of what kopf compares, so writing it wakes no handler (and needs
+    # no record).
     recorded = kopf.AnnotationsDiffBaseStorage(
         prefix=identity.annotation_prefix,
         key=HANDLED_KEY,
         ignored_fields=[
             ("metadata", "annotations", mark)
-            for mark in (secretholds.HELD_ANNOTATION, secretholds.LET_GO_ANNOTATION, *identity.own_marks)
+            for mark in (secretholds.HELD_ANNOTATION, secretholds.LET_GO_ANNOTATION, *identity.quiet_marks)
         ],
     )
     settings.persistence.diffbase_storage = (

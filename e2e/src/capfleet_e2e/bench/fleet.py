@@ -312,8 +312,14 @@ async def operators_running(
         for module, operator in OPERATORS.items():
             apply_operator_rbac(cp.kubectl, operator)
             kubeconfig = service_account_kubeconfig(cp, operator, workdir / f"{operator}.kubeconfig")
+            # As deployed: without --verbose, whose debug lines (every BMC request) cost CPU at scale.
             process = OperatorProcess(
-                module, str(kubeconfig), log_dir, namespaces=[namespace], env=dict(env.get(module, {}))
+                module,
+                str(kubeconfig),
+                log_dir,
+                namespaces=[namespace],
+                env=dict(env.get(module, {})),
+                verbose=False,
             )
             started[operator] = process.start()
         yield started

@@ -2,8 +2,8 @@
 elsewhere.
 
 BaremetalInstances are provisioned (provisioning.reconcile) on every change, including the marks the
-HTTP server (serving) writes when a guest fetches its seed or calls back; a timer checks the deadline of
-instances waiting for their installer (and rebuilds a lost status), a slower one resyncs provisioned
+HTTP server (serving) writes when a guest fetches its seed or calls back; a daemon checks the deadline of
+each instance waiting for its installer (and rebuilds a lost status), a timer resyncs provisioned
 instances with their BMC (power state, `spec.online`); deletion cleans (if asked) and powers the server
 off. Two indexes find an instance by its boot MAC and by its token for the HTTP server, which starts
 with the operator where the settings say (`capfleet.runtime.run` puts them in memo before any startup
@@ -12,24 +12,26 @@ handler runs), with the image cache when they enable it.
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
 import kopf
 
-from baremetal_provision import imagecache, markers, provisioning, serving
+from baremetal_provision import deadlines, imagecache, markers, provisioning, serving
 from baremetal_provision.contexts import ATTEMPTS_KEY, LOCKS_KEY, Context, OpenedAttempts
 from baremetal_provision.served import Served, served_of
 from baremetal_provision.settings import BaremetalSettings
 from capfleet import reconciling, runtime
 from capfleet.api import kinds
 
-IDENTITY = runtime.Identity("baremetal-provision", own_marks=markers.OWN_MARKS)
+IDENTITY = runtime.Identity("baremetal-provision", quiet_marks=markers.QUIET_MARKS)
 """The baremetal-provision operator's identity keeps its marks apart from the other operators'."""
 
 INSTANCES = kinds.BAREMETAL_INSTANCE.resource.watch
 runtime.count_phases(kinds.BAREMETAL_INSTANCE.resource)
 DEADLINE_CHECK_SECONDS = 5.0
+CANCELLATION_TIMEOUT = 10.0
 RESYNC_SECONDS = 60.0
 BOOT_SERVER_KEY = "boot_server"
 IMAGE_CACHE_KEY = "image_cache"
@@ -81,18 +83,28 @@ async def provision(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     await provisioning.reconcile(Context.from_memo(memo), body)
 
 
-@kopf.timer(*INSTANCES, interval=DEADLINE_CHECK_SECONDS, idle=DEADLINE_CHECK_SECONDS)
+def in_flight(body: kopf.Body, **_: Any) -> bool:
+    return provisioning.in_flight(body)
+
+
+def provisioned(body: kopf.Body, **_: Any) -> bool:
+    return provisioning.needs_resync(body)
+
+
+@kopf.daemon(*INSTANCES, when=in_flight, cancellation_timeout=CANCELLATION_TIMEOUT)
+async def expire(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, **_: Any) -> None:
+    await deadlines.watch(body, stopped, functools.partial(attend, body, memo), DEADLINE_CHECK_SECONDS)
+
+
 @runtime.reconciler("BaremetalInstance")
-async def expire(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    if provisioning.needs_attention(body):
-        await provisioning.reconcile(Context.from_memo(memo), body)
+async def attend(body: kopf.Body, memo: kopf.Memo) -> None:
+    await provisioning.reconcile(Context.from_memo(memo), body)
 
 
-@kopf.timer(*INSTANCES, interval=RESYNC_SECONDS, idle=RESYNC_SECONDS)
+@kopf.timer(*INSTANCES, interval=RESYNC_SECONDS, idle=RESYNC_SECONDS, when=provisioned)
 @runtime.reconciler("BaremetalInstance")
 async def resync(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    if provisioning.needs_resync(body):
-        await provisioning.reconcile(Context.from_memo(memo), body)
+    await provisioning.reconcile(Context.from_memo(memo), body)
 
 
 @kopf.on.delete(*INSTANCES)

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import capfleet.patience
 from baremetal_provision import bmcpolicy, markers, phases
 from baremetal_provision.backends import bmc
 from baremetal_provision.backends.base import BMC, Credentials, PowerState, SystemFacts
@@ -273,6 +273,15 @@ async def _provision(ctx: Context, instance: BaremetalInstance, status: Instance
         await target.close()
 
 
+def in_flight(body: Mapping[str, Any]) -> bool:
+    """Between a network boot and the end of provisioning (Provisioned or Failed): the only time
+    `needs_attention` can say yes, read from the raw object (kopf asks on every watch event)."""
+    phase = (body.get("status") or {}).get("phase")
+    return phase not in {"Failed", "Provisioned"} and bool(
+        markers.annotations_of(body["metadata"]).get(markers.NETWORK_BOOTED)
+    )
+
+
 def needs_attention(body: Mapping[str, Any]) -> bool:
     """The timer's cheap check (no API or BMC call): a waiting instance ran out of time, or its
     installer's callback has not been acted on yet."""
@@ -292,14 +301,13 @@ def needs_attention(body: Mapping[str, Any]) -> bool:
 
 def needs_resync(body: Mapping[str, Any]) -> bool:
     """A provisioned instance is checked against its BMC now and then: the power state in status follows
-    the BMC, and `spec.online` is enforced when someone powered the server on or off behind our back."""
-    status = kinds.BAREMETAL_INSTANCE.parse(body).status
-    return status is not None and status.phase == "Provisioned"
+    the BMC, and `spec.online` is enforced when someone powered the server on or off behind our back.
+    Read from the raw object (kopf asks on every watch event)."""
+    return (body.get("status") or {}).get("phase") == "Provisioned"
 
 
 class CleaningInProgress(errors.Waiting):
-    """The cleaner runs; kopf calls the deletion again after this delay (once the wait in `deprovision`
-    ran out of patience)."""
+    """The cleaner runs: the deletion looks again after this delay, unless its callback comes first."""
 
     retry_base = 5.0
     retry_cap = 15.0
@@ -309,7 +317,6 @@ class CleaningInProgress(errors.Waiting):
 # process says when it came; another replica's is seen at the next look) rather than raising for kopf to
 # call it again: each of kopf's retries is two patches of its progress on the instance.
 CLEANING_PATIENCE_SECONDS = 600.0
-CLEANING_LOOK_SECONDS = 15.0
 
 
 async def deprovision(
@@ -317,28 +324,24 @@ async def deprovision(
 ) -> None:
     """Clean the server if asked (network-boot the cleaner, wait for its callback), power it off
     (gracefully, then forced) and put its boot device back on disk. While the cleaner runs it waits for
-    the callback, looking again every `CLEANING_LOOK_SECONDS`, and after `patience` seconds raises to be
-    called again. An instance that never acted on its BMC (a wrong password, an unreachable
-    BMC) or is detached is deleted without asking the BMC anything. Last, the credentials Secret is let
-    go of (a run after that only lets go again)."""
+    the callback (`patience.wait_out`, woken by the boot server, else looking again every
+    `CleaningInProgress` backoff), and after `patience` seconds raises to be called again. An instance
+    that never acted on its BMC (a wrong password, an unreachable BMC) or is detached is deleted without
+    asking the BMC anything. Last, the credentials Secret is let go of (a run after that only lets go
+    again)."""
     meta = body["metadata"]
     namespace, name = str(meta.get("namespace") or ""), str(meta["name"])
-    called_back = ctx.attempts.callback(namespace, name)
-    started = time.monotonic()
-    while True:
-        try:
-            await _deprovision_and_let_go(ctx, body)
-            return
-        except CleaningInProgress:
-            if time.monotonic() - started + CLEANING_LOOK_SECONDS > patience:
-                raise
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(called_back.wait(), CLEANING_LOOK_SECONDS)
-        called_back.clear()  # before reading: a callback after this read sets it again
-        fresh = await ctx.kube.get(INSTANCES, name, namespace)
-        if fresh is None:
-            return
-        body = fresh
+    tries = 0
+
+    async def attempt() -> None:
+        nonlocal tries
+        # Read again after a wait: the boot server marked the cleaner's callback meanwhile.
+        current = body if tries == 0 else await ctx.kube.get(INSTANCES, name, namespace)
+        tries += 1
+        if current is not None:
+            await _deprovision_and_let_go(ctx, current)
+
+    await capfleet.patience.wait_out(attempt, ctx.attempts.callback(namespace, name), patience)
 
 
 async def _deprovision_and_let_go(ctx: Context, body: Mapping[str, Any]) -> None:

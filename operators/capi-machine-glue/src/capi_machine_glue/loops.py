@@ -22,6 +22,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+import capfleet.patience
 from capfleet import errors, kube, metrics
 from capi_machine_glue.cache import Reads
 from capi_machine_glue.contexts import Context
@@ -85,27 +86,11 @@ async def waiting_out(
     ctx: Context, key: Key, attempt: Callable[[], Awaitable[None]], patience: float
 ) -> None:
     """Run `attempt` until it no longer waits, looking again when a change to the object or one of its
-    children wakes it, else after the wait's own backoff; after `patience` seconds the last wait is
-    raised, for kopf to retry.
-
-    A deletion waits for the children's operators to release them. Raised at once, each wait would be a
-    kopf retry: two patches of kopf's progress on the object and a backoff that grows past the moment
-    the last child is gone. Waited out here, it costs none of kopf's writes (the status still says what
-    it waits for) and ends when the last child's deletion is seen."""
+    children wakes it (`patience.wait_out`): a deletion waits for the children's operators to release
+    them, and ends when the last child's deletion is seen, with none of kopf's retry writes (the status
+    still says what it waits for)."""
     woken = ctx.wakeups.register(key)
-    clock = time.monotonic
-    started, retry = clock(), 0
     try:
-        while True:
-            woken.clear()
-            try:
-                await attempt()
-                return
-            except errors.Waiting as waiting:
-                delay = waiting.delay(retry)
-                if delay is None or clock() - started + delay > patience:
-                    raise
-            retry += 1
-            await sleep_until_woken(woken, None, delay)
+        await capfleet.patience.wait_out(attempt, woken, patience)
     finally:
         ctx.wakeups.unregister(key, woken)

@@ -23,9 +23,11 @@ condition that says so.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import re
+import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -120,7 +122,7 @@ async def hold(kube: Kube, holder: Holder, secrets: Sequence[Mapping[str, Any]])
         await _record(kube, holder, listed)
     for secret in secrets:
         if needs_finalizer(secret, holder.finalizer):
-            await _change_finalizers(kube, key_of(secret), {"finalizers": [holder.finalizer]})
+            await _batches_of(kube).change(key_of(secret), ADD, holder.finalizer)
     stale = [key for key in listed if key not in wanted]
     if stale:
         await _let_go_of(kube, holder, stale)
@@ -159,7 +161,69 @@ async def _already_let_go(kube: Kube, holder: Holder) -> bool:
 
 async def _let_go_of(kube: Kube, holder: Holder, keys: Sequence[str]) -> None:
     for key in keys:
-        await _change_finalizers(kube, key, {"$deleteFromPrimitiveList/finalizers": [holder.finalizer]})
+        await _batches_of(kube).change(key, REMOVE, holder.finalizer)
+
+
+ADD = "finalizers"
+REMOVE = "$deleteFromPrimitiveList/finalizers"
+
+
+class Batches:
+    """The finalizer changes that holders of one process ask of one Secret at once, written as one patch
+    per batch: while one patch of a Secret is in flight, the changes asked meanwhile wait and go together
+    in the next. A Secret shared by hundreds of holders (one NetBox connection, one BMC password for a
+    rack) was otherwise as many patches at once of one object, each rewriting its list of finalizers: at
+    N = 500 in `make bench-fleet` most of them timed out."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self._pending: dict[tuple[str, str], dict[str, asyncio.Future[None]]] = {}
+        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+
+    async def change(self, key: str, direction: str, finalizer: str) -> None:
+        """Add (`ADD`) or remove (`REMOVE`) `finalizer` on the Secret `key`, with the changes others ask
+        for meanwhile; raises what the patch that carried it raised."""
+        batch = (key, direction)
+        done = asyncio.get_running_loop().create_future()
+        self._pending.setdefault(batch, {})[finalizer] = done
+        async with self._locks.setdefault(batch, asyncio.Lock()):
+            taken = self._pending.pop(batch, {})
+            if taken:
+                await self._write(key, direction, taken, own=done)
+        await done
+
+    async def _write(
+        self, key: str, direction: str, taken: Mapping[str, asyncio.Future[None]], own: asyncio.Future[None]
+    ) -> None:
+        outcome: BaseException | None = None
+        try:
+            await _change_finalizers(self.kube, key, {direction: list(taken)})
+        except asyncio.CancelledError:
+            # The writer's handler was cancelled: the others are not, and retry.
+            outcome = errors.BackendUnavailable(f"the patch of Secret {key} was cancelled")
+            own.cancel()
+            raise
+        except Exception as exc:  # every holder in the batch gets it, as its own patch would have
+            outcome = exc
+        finally:
+            for future in taken.values():
+                if future.done():  # its holder was cancelled while it waited
+                    continue
+                if outcome is None:
+                    future.set_result(None)
+                else:
+                    future.set_exception(outcome)
+
+
+_BATCHES: weakref.WeakKeyDictionary[Kube, Batches] = weakref.WeakKeyDictionary()
+
+
+def _batches_of(kube: Kube) -> Batches:
+    """The batches of one API client (one per operator process and event loop)."""
+    found = _BATCHES.get(kube)
+    if found is None:
+        found = _BATCHES[kube] = Batches(kube)
+    return found
 
 
 async def _change_finalizers(kube: Kube, key: str, change: dict[str, Any]) -> None:

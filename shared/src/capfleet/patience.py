@@ -13,8 +13,17 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 from capfleet import errors
+
+
+class StopFlag(Protocol):
+    """kopf's `stopped` argument of daemons: true once the daemon must end, and awaitable until then."""
+
+    def __bool__(self) -> bool: ...
+
+    def wait(self, timeout: float | None = None) -> Awaitable[Any]: ...
 
 
 async def wait_out(attempt: Callable[[], Awaitable[None]], woken: asyncio.Event, patience: float) -> None:

@@ -11,19 +11,12 @@ instance needs it and has been quiet for a whole look (a change is the change ha
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 import kopf
 
 from baremetal_provision import provisioning
-
-
-class StopFlag(Protocol):
-    """kopf's `stopped` argument of daemons."""
-
-    def __bool__(self) -> bool: ...
-
-    def wait(self, timeout: float | None = None) -> Awaitable[Any]: ...
+from capfleet.patience import StopFlag
 
 
 async def watch(

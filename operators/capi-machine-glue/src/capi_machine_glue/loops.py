@@ -20,23 +20,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
 
 import capfleet.patience
 from capfleet import errors, kube, metrics
+from capfleet.patience import StopFlag
 from capi_machine_glue.cache import Reads
 from capi_machine_glue.contexts import Context
 from capi_machine_glue.wakeups import Key, settle, sleep_until_woken
 
 log = logging.getLogger(__name__)
-
-
-class StopFlag(Protocol):
-    """kopf's `stopped` argument of daemons."""
-
-    def __bool__(self) -> bool: ...
-
-    def wait(self, timeout: float | None = None) -> Awaitable[Any]: ...
 
 
 def as_capfleet_error(exc: Exception, key: Key) -> tuple[errors.CapfleetError, str]:

@@ -99,3 +99,30 @@ async def test_sixty_holders_at_once_hold_and_let_go_of_one_secret(kube: Kube, n
     gone = await kube.get(resources.SECRETS, "shared", namespace)
     assert gone is not None
     assert not gone["metadata"].get("finalizers")
+
+
+class SlowReads:
+    """Counts Secret reads; each waits for the gate."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+        self.gate = asyncio.Event()
+
+    async def get(self, resource: Any, name: str, namespace: str) -> dict[str, Any]:
+        self.reads += 1
+        await self.gate.wait()
+        return {"metadata": {"name": name, "namespace": namespace}}
+
+
+async def test_reads_asked_while_one_is_in_flight_share_it_and_a_cancelled_reader_leaves_it_alone() -> None:
+    kube = SlowReads()
+    batches = secretholds.Batches(kube)  # type: ignore[arg-type]
+    readers = [asyncio.create_task(batches.read("ns", "s")) for _ in range(20)]
+    await asyncio.sleep(0.01)
+    readers[0].cancel()
+    kube.gate.set()
+    read = await asyncio.wait_for(asyncio.gather(*readers[1:]), 5.0)
+    assert kube.reads == 1
+    assert all(secret is not None and secret["metadata"]["name"] == "s" for secret in read)
+    assert await batches.read("ns", "s") is not read[0], "a read after the last landed is a new GET"
+    assert kube.reads == 2

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import re
 import weakref
@@ -47,11 +48,12 @@ SECRET_FORBIDDEN = "SecretForbidden"
 
 
 async def get_secret(kube: Kube, namespace: str, name: str) -> Obj | None:
-    """A Secret by name, or None when it does not exist. In namespaced mode an operator may read Secrets
-    only where deploy/tenant bound its secrets ClusterRole: elsewhere the 403 becomes a condition that
-    says so, retried like a missing Secret."""
+    """A Secret by name, or None when it does not exist; read-only, as callers at once share one read
+    (`Batches.read`). In namespaced mode an operator may read Secrets only where deploy/tenant bound its
+    secrets ClusterRole: elsewhere the 403 becomes a condition that says so, retried like a missing
+    Secret."""
     try:
-        return await kube.get(resources.SECRETS, name, namespace)
+        return await _batches_of(kube).read(namespace, name)
     except Forbidden as exc:
         message = (
             f"may not read Secret {namespace}/{name} ({exc.message}); in namespaced mode, apply "
@@ -169,16 +171,37 @@ REMOVE = "$deleteFromPrimitiveList/finalizers"
 
 
 class Batches:
-    """The finalizer changes that holders of one process ask of one Secret at once, written as one patch
-    per batch: while one patch of a Secret is in flight, the changes asked meanwhile wait and go together
-    in the next. A Secret shared by hundreds of holders (one NetBox connection, one BMC password for a
-    rack) was otherwise as many patches at once of one object, each rewriting its list of finalizers: at
-    N = 500 in `make bench-fleet` most of them timed out."""
+    """What the callers of one process ask of one Secret at once, in as few requests: reads answered by
+    one GET, and finalizer changes written as one patch per batch (while one patch is in flight, the
+    changes asked meanwhile wait and go together in the next). A Secret shared by hundreds of holders (one
+    NetBox connection, one BMC password for a rack) was otherwise as many requests at once for one
+    object, each patch rewriting its list of finalizers: at N = 500 in `make bench-fleet` most of those
+    patches timed out."""
 
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
         self._pending: dict[tuple[str, str], dict[str, asyncio.Future[None]]] = {}
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._reads: dict[str, asyncio.Future[Obj | None]] = {}
+
+    async def read(self, namespace: str, name: str) -> Obj | None:
+        """The Secret as one GET in flight reads it for every caller that asks meanwhile: at N = 500 in
+        `make bench-fleet` every claim and every server read the one shared Secret at once, and those GETs
+        queued past their timeout on a busy API server."""
+        key = f"{namespace}/{name}"
+        flight = self._reads.get(key)
+        if flight is None:
+            flight = asyncio.ensure_future(self.kube.get(resources.SECRETS, name, namespace))
+            self._reads[key] = flight
+            flight.add_done_callback(functools.partial(self._landed, key))
+        # Shielded: a caller cancelled while it waits must not cancel the others' read.
+        return await asyncio.shield(flight)
+
+    def _landed(self, key: str, flight: asyncio.Future[Obj | None]) -> None:
+        if self._reads.get(key) is flight:
+            del self._reads[key]
+        if not flight.cancelled():
+            flight.exception()  # retrieved: every caller may have left before it failed
 
     async def change(self, key: str, direction: str, finalizer: str) -> None:
         """Add (`ADD`) or remove (`REMOVE`) `finalizer` on the Secret `key`, with the changes others ask

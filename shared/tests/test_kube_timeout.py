@@ -42,3 +42,19 @@ async def test_a_silent_api_server_is_an_error_after_the_timeout(silent_server: 
     assert time.monotonic() - started < 5
     assert (raised.value.status, raised.value.reason) == (0, "Unavailable")
     assert "GET /api/v1/namespaces/ns/secrets/s" in raised.value.message
+
+
+async def test_a_timeout_says_when_every_connection_was_in_use(silent_server: str) -> None:
+    configuration = client.Configuration(host=silent_server)
+    configuration.connection_pool_maxsize = 2
+    async with client.ApiClient(configuration=configuration) as api:
+        patient = Kube(api, "test", timeout=aiohttp.ClientTimeout(total=30))
+        hogs = [asyncio.create_task(patient.get(resources.SECRETS, f"s{i}", "ns")) for i in range(2)]
+        await asyncio.sleep(0.2)
+        queued = Kube(api, "test", timeout=aiohttp.ClientTimeout(total=0.5))
+        with pytest.raises(KubeError) as raised:
+            await queued.get(resources.SECRETS, "s", "ns")
+        for hog in hogs:
+            hog.cancel()
+        await asyncio.gather(*hogs, return_exceptions=True)
+    assert raised.value.message.endswith("(2 of 2 connections in use)")

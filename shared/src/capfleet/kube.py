@@ -130,8 +130,21 @@ class Kube:
         except (TimeoutError, aiohttp.ClientError) as exc:
             # An API server that hangs or drops the connection is an answer too: callers handle it as
             # they handle a 5xx (retry later), instead of waiting on it forever.
-            raise KubeError(0, "Unavailable", f"{method} {path}: {type(exc).__name__} {exc}") from exc
+            message = f"{method} {path}: {type(exc).__name__} {exc}{self._pool_note()}"
+            raise KubeError(0, "Unavailable", message) from exc
         return dict(result or {})
+
+    def _pool_note(self) -> str:
+        """How busy the client's connection pool is, for a request that failed: a timeout with every
+        connection in use waited for one and never reached the API server (at N = 500 in
+        `make bench-fleet` an operator's requests timed out for minutes without reaching it). aiohttp
+        keeps the count private: nothing when it cannot be read."""
+        rest = getattr(self._api, "rest_client", None)
+        connector = getattr(getattr(rest, "pool_manager", None), "connector", None)
+        acquired, limit = getattr(connector, "_acquired", None), getattr(connector, "limit", None)
+        if not isinstance(acquired, set) or not isinstance(limit, int) or not limit:
+            return ""
+        return f" ({len(acquired)} of {limit} connections in use)"
 
     async def get(self, resource: Resource, name: str, namespace: str | None = None) -> Obj | None:
         """The object, or None when it does not exist."""

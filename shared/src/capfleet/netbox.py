@@ -1,15 +1,14 @@
 """Connecting to NetBox, and the one place where NetBox's answers become capfleet errors.
 
 ipam-address and netbox-device both reach NetBox through a connection Secret (`url`, `token`, optional
-`caBundle`). pynetbox is synchronous and untyped: calls run in a worker thread through `call`, which
-also times them for the backend metrics and maps every failure (HTTP status, DRF error body, timeout,
-refused connection) to a `CapfleetError` with a reason a person can act on. The token never appears in
-a message, a log line or a repr.
+`caBundle`). pynetbox is synchronous and untyped: calls run in NetBox's own threads (`LANE`) through
+`call`, which also times them for the backend metrics and maps every failure (HTTP status, DRF error
+body, timeout, refused connection) to a `CapfleetError` with a reason a person can act on. The token
+never appears in a message, a log line or a repr.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import os
 import tempfile
@@ -20,13 +19,15 @@ from typing import Any, TypeVar
 import pynetbox
 import requests
 
-from capfleet import errors, metrics
+from capfleet import errors, lanes, metrics
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT = 10.0
 UNAVAILABLE = "NetBoxUnavailable"
 AUTHENTICATION_FAILED = "AuthenticationFailed"
 REJECTED = "NetBoxRejected"
+LANE = lanes.Lane("netbox", threads=8)
+"""At most eight NetBox calls of a process at once: NetBox's own workers are few, more would wait there."""
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,7 @@ async def call(operation: str, fn: Callable[..., T], *args: Any, **kwargs: Any) 
     """Run a pynetbox call off the event loop, timed, with failures translated."""
     with metrics.backend_call("netbox", operation):
         try:
-            return await asyncio.to_thread(fn, *args, **kwargs)
+            return await LANE.run(fn, *args, **kwargs)
         except (
             pynetbox.AllocationError,
             pynetbox.RequestError,

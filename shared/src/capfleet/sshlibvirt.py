@@ -7,7 +7,7 @@ with paramiko (the private key parsed from memory, the host key checked against 
 `virt-ssh-helper <remote URI>` on the hypervisor in an exec channel, bridges that channel to a private
 local UNIX socket, and points libvirt-python at it with `qemu+unix:///system?socket=<that socket>`.
 
-Every call here blocks: callers in an event loop run them in a thread (`asyncio.to_thread`).
+Every call here blocks: callers in an event loop run them in a thread (libvirt-vm's lane of them).
 """
 
 from __future__ import annotations

@@ -10,10 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from capfleet import lanes
+
 PowerState = Literal["On", "Off", "Unknown"]
 BootDevice = Literal["pxe", "disk", "other"]
 SYSTEMS_PREFIX = "/redfish/v1/Systems/"
 IPMI_PORT = 623
+LANE = lanes.Lane("bmc", threads=16)
+"""The threads both backends call BMCs in: at most sixteen calls of the operator in flight at once."""
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ everywhere and never a stack trace.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import tempfile
@@ -26,6 +25,7 @@ from sushy import exceptions as sushy_errors
 from baremetal_provision.backends.base import (
     BMC,
     IPMI_PORT,
+    LANE,
     SYSTEMS_PREFIX,
     Address,
     BootDevice,
@@ -148,7 +148,7 @@ class RedfishBMC:
                 except Exception as exc:  # mapped in one place; the original is chained
                     raise wire_error(exc, self._address) from exc
 
-        return await asyncio.to_thread(run)
+        return await LANE.run(run)
 
     async def facts(self) -> SystemFacts:
         def read(system: Any) -> SystemFacts:
@@ -178,7 +178,7 @@ class RedfishBMC:
         )
 
     async def close(self) -> None:
-        await asyncio.to_thread(self._connector.close)
+        await LANE.run(self._connector.close)
         if self._ca_file:
             with contextlib.suppress(OSError):
                 os.unlink(self._ca_file)

@@ -13,7 +13,6 @@ Failures become capfleet errors in `wire_error` here (the IPMI half of `bmc.wire
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import threading
 from collections.abc import Callable
@@ -23,7 +22,7 @@ from pyghmi import exceptions as ipmi_errors
 from pyghmi.ipmi import command as ipmi_command
 from pyghmi.ipmi.private import session as ipmi_session
 
-from baremetal_provision.backends.base import BootDevice, Credentials, IpmiAddress, SystemFacts
+from baremetal_provision.backends.base import LANE, BootDevice, Credentials, IpmiAddress, SystemFacts
 from capfleet import errors, metrics
 
 T = TypeVar("T")
@@ -121,7 +120,7 @@ class IpmiBMC:
                     self._drop()  # the next call logs in afresh
                     raise wire_error(exc, self._address) from exc
 
-        return await asyncio.to_thread(run)
+        return await LANE.run(run)
 
     def _drop(self) -> None:
         session, self._session = self._session, None
@@ -161,4 +160,4 @@ class IpmiBMC:
             with self._lock:
                 self._drop()
 
-        await asyncio.to_thread(logout)
+        await LANE.run(logout)

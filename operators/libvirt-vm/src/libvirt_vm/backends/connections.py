@@ -19,7 +19,7 @@ import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from capfleet import errors, lean_imports
+from capfleet import errors, lanes, lean_imports
 from capfleet.sshlibvirt import SSHLibvirtConnection, SSHLibvirtError, SSHTarget
 
 if TYPE_CHECKING:
@@ -30,6 +30,8 @@ else:
     paramiko = lean_imports.lazy("paramiko")
 
 T = TypeVar("T")
+LANE = lanes.Lane("libvirt", threads=8)
+"""The threads libvirt and SSH calls run in, for all hypervisors: at most eight calls at once."""
 
 
 def load_bindings() -> None:
@@ -97,10 +99,10 @@ class Pool:
             found = self._connections.get(name)
             if found is not None:
                 known_target, connection = found
-                if known_target == target and await asyncio.to_thread(connection.is_alive):
+                if known_target == target and await LANE.run(connection.is_alive):
                     return connection
                 del self._connections[name]
-                await asyncio.to_thread(connection.close)
+                await LANE.run(connection.close)
             load_bindings()
             connection = self._opener(target)
             try:
@@ -124,12 +126,12 @@ class Pool:
         """`work()` in a worker thread, or BackendUnavailable once it has taken `timeout` seconds, the
         connection closed under it (and dropped from the pool)."""
         try:
-            return await asyncio.wait_for(asyncio.to_thread(work), self.timeout)
+            return await asyncio.wait_for(LANE.run(work), self.timeout)
         except TimeoutError:
             found = self._connections.get(name)
             if found is not None and found[1] is connection:
                 del self._connections[name]
-            await asyncio.to_thread(connection.close)
+            await LANE.run(connection.close)
             message = f"{name}: no answer to {what} in {self.timeout:g} s; connection closed"
             raise errors.BackendUnavailable(message, reason="Unreachable") from None
 
@@ -137,7 +139,7 @@ class Pool:
         """Close and drop the hypervisor's connection (it was deleted)."""
         found = self._connections.pop(name, None)
         if found is not None:
-            await asyncio.to_thread(found[1].close)
+            await LANE.run(found[1].close)
 
     async def close(self) -> None:
         for name in list(self._connections):

@@ -22,6 +22,8 @@ class FakeDevices:
             for i in range(1, count + 1)
         }
         self.journal_entries: list[tuple[int, str]] = []
+        self.listings = 0
+        self.reads = 0
 
     async def check(self) -> None:
         return None
@@ -34,6 +36,7 @@ class FakeDevices:
     async def candidates(self, params: Mapping[str, Any]) -> list[dict[str, Any]]:
         """One page (NetBox's size here: 25) of free devices, lowest id first, less those `id__n` names."""
         await asyncio.sleep(0)
+        self.listings += 1
         excluded = set(params.get("id__n", ()))
         return [
             copy.deepcopy(r)
@@ -45,14 +48,17 @@ class FakeDevices:
 
     async def read(self, device_id: int) -> tuple[dict[str, Any] | None, str | None]:
         await asyncio.sleep(0)
+        self.reads += 1
         record = self.records.get(device_id)
         return (copy.deepcopy(record), str(record["version"])) if record else (None, None)
 
-    async def write(self, device_id: int, fields: Mapping[str, Any], etag: str | None = None) -> bool:
+    async def write(
+        self, device_id: int, fields: Mapping[str, Any], etag: str | None = None
+    ) -> dict[str, Any] | None:
         await asyncio.sleep(0)
         record = self.records[device_id]
         if self.etags and etag is not None and etag != str(record["version"]):
-            return False
+            return None
         for key, value in fields.items():
             if key == "custom_fields":
                 record["custom_fields"].update(value)
@@ -61,7 +67,7 @@ class FakeDevices:
             else:
                 record[key] = value
         record["version"] += 1
-        return True
+        return copy.deepcopy(record)
 
     async def interfaces(self, device_id: int) -> list[dict[str, Any]]:
         return []
@@ -80,7 +86,7 @@ async def race(devices: FakeDevices, claimants: int) -> dict[str, int | None]:
         claimant = claiming.Claimant(
             f"m{i % 2}/ns/c{i}", NetboxDeviceSelector(), DeviceClaim(tenant="acme"), settle_seconds=0.01
         )
-        won = (await claiming.take(devices, claimant, set())).device
+        won = (await claiming.take(devices, claimant, claiming.FreeDevices())).device
         return claimant.owner, int(won["id"]) if won else None
 
     return dict(await asyncio.gather(*(one(i) for i in range(claimants))))
@@ -107,22 +113,84 @@ async def test_read_back_resolves_races_to_the_last_writer() -> None:
             assert devices.records[device_id]["custom_fields"][OWNER_FIELD] == owner
 
 
-async def test_claims_of_one_process_are_shown_free_devices_none_of_them_is_trying() -> None:
-    """Sixty claims at once in one process and a page of 25: each is listed devices the others here are
-    not trying, so every one is claimed in one go (listed without that, the later ones saw only devices in
+async def test_claims_of_one_process_share_listings_and_never_try_one_device_twice() -> None:
+    """Sixty claims at once in one process and a page of 25: each claim takes the next device a listing
+    showed and only a claim that finds none left lists again, so every one is claimed in one go, on three
+    listings (each claim listing its own page made 60 at least, and the later ones saw only devices in
     flight and found "no free device" with 40 free)."""
     devices = FakeDevices(80, etags=False)
-    reserved: set[int] = set()
+    free = claiming.FreeDevices()
 
     async def one(i: int) -> claiming.Taken:
         claimant = claiming.Claimant(f"m/ns/c{i}", NetboxDeviceSelector(), DeviceClaim(), settle_seconds=0.01)
-        return await claiming.take(devices, claimant, reserved)
+        return await claiming.take(devices, claimant, free)
 
     results = await asyncio.gather(*(one(i) for i in range(60)))
     won = [int(r.device["id"]) for r in results if r.device is not None]
     assert len(won) == 60, [r for r in results if r.device is None]
     assert len(set(won)) == 60
-    assert reserved == set()
+    assert [r.tried for r in results] == [1] * 60
+    assert devices.listings == 3
+    assert free.trying == set()
+
+
+async def test_a_listed_device_another_process_took_costs_a_read_and_the_claim_goes_on() -> None:
+    devices = FakeDevices(3, etags=True)
+    free = claiming.FreeDevices()
+    first = claiming.Claimant("m/ns/a", NetboxDeviceSelector(), DeviceClaim())
+    assert (await claiming.take(devices, first, free)).device is not None
+    listed = {d for d, r in devices.records.items() if not r["custom_fields"].get(OWNER_FIELD)}
+    elsewhere = claiming.Claimant("other/ns/x", NetboxDeviceSelector(), DeviceClaim())
+    stolen = await claiming.take(devices, elsewhere, claiming.FreeDevices())  # another process
+    assert stolen.device is not None
+    assert int(stolen.device["id"]) in listed
+    second = claiming.Claimant("m/ns/b", NetboxDeviceSelector(), DeviceClaim())
+    taken = await claiming.take(devices, second, free)
+    assert taken.device is not None
+    assert int(taken.device["id"]) == (listed - {int(stolen.device["id"])}).pop()
+    assert devices.listings == 2  # this process listed once, the other once
+    assert taken.tried in {1, 2}  # the stolen device, if it came first, cost one try
+
+
+async def test_a_listing_past_its_freshness_is_not_handed_out() -> None:
+    devices = FakeDevices(4, etags=True)
+    now = [0.0]
+    free = claiming.FreeDevices(fresh_seconds=30, clock=lambda: now[0])
+    claimant = claiming.Claimant("m/ns/a", NetboxDeviceSelector(), DeviceClaim())
+    await claiming.take(devices, claimant, free)
+    await claiming.take(devices, claiming.Claimant("m/ns/b", NetboxDeviceSelector(), DeviceClaim()), free)
+    assert devices.listings == 1
+    now[0] = 31.0
+    await claiming.take(devices, claiming.Claimant("m/ns/c", NetboxDeviceSelector(), DeviceClaim()), free)
+    assert devices.listings == 2
+
+
+async def test_a_failed_listing_fails_every_claim_waiting_for_it_and_the_next_lists_again() -> None:
+    devices = FakeDevices(4, etags=True)
+    free = claiming.FreeDevices()
+    gate = asyncio.Event()
+    original = devices.candidates
+
+    async def failing(params: Mapping[str, Any]) -> list[dict[str, Any]]:
+        await gate.wait()
+        raise RuntimeError("NetBox answered 502")
+
+    devices.candidates = failing  # type: ignore[method-assign]
+    claims = [
+        asyncio.ensure_future(
+            claiming.take(
+                devices, claiming.Claimant(f"m/ns/c{i}", NetboxDeviceSelector(), DeviceClaim()), free
+            )
+        )
+        for i in range(3)
+    ]
+    await asyncio.sleep(0)
+    gate.set()
+    outcomes = await asyncio.gather(*claims, return_exceptions=True)
+    assert [str(o) for o in outcomes] == ["NetBox answered 502"] * 3
+    devices.candidates = original  # type: ignore[method-assign]
+    claimant = claiming.Claimant("m/ns/d", NetboxDeviceSelector(), DeviceClaim())
+    assert (await claiming.take(devices, claimant, free)).device is not None
 
 
 async def test_a_claim_that_lost_every_device_it_tried_says_so_and_one_with_none_free_tried_none() -> None:
@@ -137,18 +205,18 @@ async def test_a_claim_that_lost_every_device_it_tried_says_so_and_one_with_none
         return found
 
     devices.read = read_then_lose  # type: ignore[method-assign]
-    lost = await claiming.take(devices, first, set())
-    assert (lost.device, lost.tried, lost.listed) == (None, 1, True)
+    lost = await claiming.take(devices, first, claiming.FreeDevices())
+    assert (lost.device, lost.tried) == (None, claiming.ATTEMPTS)
     devices.read = original_read  # type: ignore[method-assign]
-    assert (await claiming.take(devices, first, set())).device is not None
-    none_free = await claiming.take(devices, second, set())
-    assert (none_free.device, none_free.tried, none_free.listed) == (None, 0, False)
+    assert (await claiming.take(devices, first, claiming.FreeDevices())).device is not None
+    none_free = await claiming.take(devices, second, claiming.FreeDevices())
+    assert (none_free.device, none_free.tried) == (None, 0)
 
 
 async def test_release_restores_and_held_finds_the_claim_again() -> None:
     devices = FakeDevices(2, etags=True)
     claimant = claiming.Claimant("m/ns/a", NetboxDeviceSelector(), DeviceClaim(status="active"))
-    won = (await claiming.take(devices, claimant, set())).device
+    won = (await claiming.take(devices, claimant, claiming.FreeDevices())).device
     assert won is not None
     held = await claiming.held(devices, "m/ns/a")
     assert held is not None

@@ -66,14 +66,6 @@ def test_matches_rechecks_a_device_before_claiming() -> None:
     assert selection.matches(device(), typed({"serial": "sn1"})), "serial matches case-insensitively"
 
 
-def test_spread_rotates_by_owner_and_keeps_every_candidate() -> None:
-    items = list(range(10))
-    orders = {tuple(selection.spread(items, f"o{i}")) for i in range(20)}
-    assert all(sorted(order) == items for order in orders)
-    assert len({order[0] for order in orders}) > 3
-    assert selection.spread([], "o") == []
-
-
 def test_claim_then_release_restores_status_tenant_and_description() -> None:
     fields = selection.claim_fields(
         device(), "a/ns/m", DeviceClaim.model_validate({"status": "active", "description": "k8s"}), 5

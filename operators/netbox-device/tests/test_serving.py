@@ -39,11 +39,13 @@ class OneDevice:
             "custom_fields": {},
             "oob_ip": {"address": "10.9.0.17/24"},
         }
+        self.owner_lookups = 0
 
     async def check(self) -> None:
         return None
 
     async def owned(self, owner: str) -> list[dict[str, Any]]:
+        self.owner_lookups += 1
         held = self.device["custom_fields"].get(OWNER_FIELD) == owner
         return [copy.deepcopy(self.device)] if held else []
 
@@ -54,10 +56,12 @@ class OneDevice:
     async def read(self, device_id: int) -> tuple[dict[str, Any] | None, str | None]:
         return copy.deepcopy(self.device), "1"
 
-    async def write(self, device_id: int, fields: Mapping[str, Any], etag: str | None = None) -> bool:
+    async def write(
+        self, device_id: int, fields: Mapping[str, Any], etag: str | None = None
+    ) -> dict[str, Any] | None:
         self.device["custom_fields"].update(fields["custom_fields"])
         self.device["status"] = {"value": fields.get("status", self.device["status"]["value"])}
-        return True
+        return copy.deepcopy(self.device)
 
     async def interfaces(self, device_id: int) -> list[dict[str, Any]]:
         return [{"name": "eno1", "mac_address": "52:54:00:00:00:07"}]
@@ -190,6 +194,7 @@ async def test_a_claim_writes_the_device_and_a_ready_naming_it() -> None:
     }
     assert kube.events == [("Normal", "Claimed")]
     assert kube.annotations == [{OWNER_INSTANCE: "mgmt-a"}]
+    assert netbox.owner_lookups == 1  # which device the owner holds is asked once, before the claim
 
 
 async def test_without_a_configured_name_claims_are_under_one_derived_from_the_cluster() -> None:

@@ -127,14 +127,19 @@ def translate(exc: Exception) -> errors.CapfleetError:
 
 
 async def call(operation: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Run a pynetbox call off the event loop, timed, with failures translated."""
-    with metrics.backend_call("netbox", operation):
-        try:
-            return await LANE.run(fn, *args, **kwargs)
-        except (
-            pynetbox.AllocationError,
-            pynetbox.RequestError,
-            pynetbox.ContentError,
-            requests.exceptions.RequestException,
-        ) as exc:
-            raise translate(exc) from exc
+    """Run a pynetbox call in NetBox's lane, timed (from when a thread takes it up, not from when it was
+    asked: the wait for a thread is the process's, not NetBox's), with failures translated."""
+
+    def timed() -> T:
+        with metrics.backend_call("netbox", operation):
+            try:
+                return fn(*args, **kwargs)
+            except (
+                pynetbox.AllocationError,
+                pynetbox.RequestError,
+                pynetbox.ContentError,
+                requests.exceptions.RequestException,
+            ) as exc:
+                raise translate(exc) from exc
+
+    return await LANE.run(timed)

@@ -8,16 +8,17 @@ The claim is a single write of owner, remembered state, status, tenant and descr
   writer sees the other owner on reading back and moves on. This holds as long as no claimant takes
   longer than `settle` between its read and its write; `held` re-reads the owner field on every
   reconcile, so a claim lost even then is noticed and redone, never silently shared.
-Claims made by this process never race each other: `reserved` holds the devices being tried right now, and
-the listing of candidates leaves them out, so hundreds of claims at once are each shown devices nobody here
-is trying (a page of free devices is 25: listed in full, all of them in flight, a claim found "no free
-device" while hundreds were free, and waited a whole poll interval).
+Claims made by one process never race each other, and share their listings of free devices: see
+`FreeDevices`.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import json
+import random
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +30,6 @@ from netbox_device.selection import (
     device_filters,
     matches,
     release_fields,
-    spread,
 )
 
 
@@ -53,50 +53,101 @@ async def held(devices: Devices, owner: str) -> Record | None:
     return owned[0] if owned else None
 
 
-# Listings one claim makes when every device listed is being tried by other claims of this process.
-LISTINGS = 5
+ATTEMPTS = 5
+"""Devices one claim tries before it gives way (`Taken.tried`) and is retried soon."""
+FRESH_SECONDS = 30.0
+"""How long a listing of free devices is handed out: past it, the next claim lists afresh."""
+
+
+class FreeDevices:
+    """The devices one process's claims are trying, and the free devices listed for them, per selector.
+
+    Claims of one process never race each other: `trying` holds the devices being tried right now, and a
+    listing leaves them out. And they share listings: a claim takes the next device listed free for its
+    selector, and only a claim that finds none left lists again, one listing per selector at a time, the
+    claims that arrive meanwhile waiting for it. Each claim listing a page of its own limited claims at
+    N = 500 in `make bench-fleet`: 922 listings for the first 49 devices claimed, each waiting its turn among
+    NetBox's calls, and by then showing devices other claims here had taken up. Another process (a second
+    management cluster) may claim a listed device before this one tries it: `attempt` reads every device
+    before writing, so that costs a read; listings older than `fresh_seconds` are not handed out. Listed
+    devices are tried in random order, so processes listing the same page try different devices first.
+    """
+
+    def __init__(
+        self, fresh_seconds: float = FRESH_SECONDS, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.trying: set[int] = set()
+        self.fresh_seconds = fresh_seconds
+        self._clock = clock
+        self._listed: dict[str, tuple[float, list[int]]] = {}
+        self._listings: dict[str, asyncio.Future[bool]] = {}
+
+    async def next(self, devices: Devices, filters: Mapping[str, Any]) -> int | None:
+        """A device listed free for `filters` that no claim here is trying; None once a listing finds
+        none."""
+        key = json.dumps(filters, sort_keys=True, default=str)
+        while (found := self._pop(key)) is None:
+            listing = self._listings.get(key)
+            if listing is None:
+                listing = asyncio.ensure_future(self._list(devices, key, filters))
+                self._listings[key] = listing
+                listing.add_done_callback(lambda done: self._listed_done(key, done))
+            if not await asyncio.shield(listing):
+                return None
+        return found
+
+    def _pop(self, key: str) -> int | None:
+        listed_at, ids = self._listed.get(key, (0.0, []))
+        if self._clock() - listed_at > self.fresh_seconds:
+            self._listed.pop(key, None)
+            return None
+        while ids:
+            device_id = ids.pop()
+            if device_id not in self.trying:
+                return device_id
+        return None
+
+    async def _list(self, devices: Devices, key: str, filters: Mapping[str, Any]) -> bool:
+        query = dict(filters)
+        if self.trying:
+            query["id__n"] = sorted(self.trying)
+        ids = [int(candidate["id"]) for candidate in await devices.candidates(query)]
+        random.shuffle(ids)
+        self._listed[key] = (self._clock(), ids)
+        return bool(ids)
+
+    def _listed_done(self, key: str, listing: asyncio.Future[bool]) -> None:
+        if self._listings.get(key) is listing:
+            del self._listings[key]
+        if not listing.cancelled():
+            listing.exception()  # retrieved: every claim waiting for it has been given it
 
 
 @dataclass(frozen=True)
 class Taken:
-    """What a claim came to: the device won, or None; how many devices it tried, and whether any free one
-    was listed (listed but not won: others were quicker, and there may be more; none listed: none free)."""
+    """What a claim came to: the device won, or None, and how many devices it tried (tried but not won:
+    others were quicker, and there may be more; none tried: none is free)."""
 
     device: Record | None
     tried: int
-    listed: bool
 
 
-async def take(devices: Devices, claimant: Claimant, reserved: set[int]) -> Taken:
+async def take(devices: Devices, claimant: Claimant, free: FreeDevices) -> Taken:
     """Claim one free device matching the selector that no claim of this process is trying."""
     tenant = claimant.claim.tenant
     tenant_id = await devices.tenant_id(tenant) if tenant else None
-    tried, listed = 0, False
-    for _ in range(LISTINGS):
-        filters = device_filters(claimant.selector)
-        if reserved:
-            filters["id__n"] = sorted(reserved)
-        candidates = await devices.candidates(filters)
-        if not candidates:
-            break
-        listed = True
-        # Claims listed at the same moment are shown the same page: those another claim here took up
-        # while this one waited for its listing are left to it, and listed past if none is left.
-        for candidate in spread([c for c in candidates if int(c["id"]) not in reserved], claimant.owner):
-            device_id = int(candidate["id"])
-            if device_id in reserved:
-                continue
-            reserved.add(device_id)
-            tried += 1
-            try:
-                won = await attempt(devices, device_id, claimant, tenant_id)
-            finally:
-                reserved.discard(device_id)
-            if won is not None:
-                return Taken(won, tried, listed)
-        if tried:
-            break  # others were quicker: the caller looks again soon
-    return Taken(None, tried, listed)
+    filters = device_filters(claimant.selector)
+    tried = 0
+    while tried < ATTEMPTS and (device_id := await free.next(devices, filters)) is not None:
+        free.trying.add(device_id)
+        tried += 1
+        try:
+            won = await attempt(devices, device_id, claimant, tenant_id)
+        finally:
+            free.trying.discard(device_id)
+        if won is not None:
+            return Taken(won, tried)
+    return Taken(None, tried)
 
 
 async def attempt(
@@ -108,12 +159,11 @@ async def attempt(
         return None
     fields = claim_fields(device, claimant.owner, claimant.claim, tenant_id)
     if devices.etags:
-        if not await devices.write(device_id, fields, etag):
-            return None
+        claimed = await devices.write(device_id, fields, etag)  # compare-and-set: its answer is the claim
     else:
         await devices.write(device_id, fields)
         await asyncio.sleep(claimant.settle_seconds)
-    claimed, _ = await devices.read(device_id)
+        claimed, _ = await devices.read(device_id)
     if claimed is None or owner_field(claimed) != claimant.owner:
         return None
     note = f"Claimed by capfleet for {claimant.owner}; status {fields['status']}"

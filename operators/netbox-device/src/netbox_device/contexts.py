@@ -19,6 +19,7 @@ from capfleet.resources import Resource
 from netbox_device import selection
 from netbox_device.backends.devices import Devices
 from netbox_device.backends.machines import Machines
+from netbox_device.claiming import FreeDevices
 from netbox_device.clients import Clients
 from netbox_device.settings import NetboxSettings
 
@@ -30,8 +31,8 @@ class Shared:
     """Created once at startup in the operator-wide memo."""
 
     clients: Clients = field(default_factory=Clients)
-    reserved: set[int] = field(default_factory=set)
-    """Devices this process is trying to claim right now, so its own claims never race each other."""
+    free: FreeDevices = field(default_factory=FreeDevices)
+    """The devices this process's claims are trying, and those listed free for them."""
     instance: str | None = None
     """This management cluster's instance name, once known (configured, or derived from kube-system)."""
 

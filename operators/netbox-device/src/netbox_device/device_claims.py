@@ -55,14 +55,20 @@ def claimed(device: Record, interfaces: list[Record]) -> tuple[dict[str, Any], U
 async def hold_or_claim(ctx: Context, claim: NetboxDevice) -> tuple[dict[str, Any], Update]:
     """The device this object holds, claiming one first when it holds none; raises to retry."""
     devices = await ctx.devices(claim)
-    owner = await ctx.settled_owner(RESOURCE, claim, lambda owner: claiming.held(devices, owner))
-    device = await claiming.held(devices, owner)
+    looked_up: dict[str, Record | None] = {}
+
+    async def holds(owner: str) -> Record | None:
+        looked_up[owner] = await claiming.held(devices, owner)
+        return looked_up[owner]
+
+    owner = await ctx.settled_owner(RESOURCE, claim, holds)
+    device = looked_up[owner] if owner in looked_up else await claiming.held(devices, owner)
     if device is None:
         spec = claim.spec
         claimant = claiming.Claimant(owner, spec.selector, spec.claim, ctx.settings.settle_seconds)
-        taken = await claiming.take(devices, claimant, ctx.shared.reserved)
+        taken = await claiming.take(devices, claimant, ctx.shared.free)
         device = taken.device
-        if device is None and taken.listed:
+        if device is None and taken.tried:
             raise ClaimContended(f"the free devices listed went to other claims first ({taken.tried} tried)")
         if device is None:
             raise NoFreeDevice(

@@ -9,11 +9,10 @@ can restore it even after the NetboxDevice's status or the whole management clus
 
 from __future__ import annotations
 
-import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from capfleet import netboxschema
 from capfleet.api.netbox import DeviceClaim, DeviceSelector
@@ -22,8 +21,6 @@ OWNER_FIELD = netboxschema.OWNER.name
 PREVIOUS_FIELD = netboxschema.PREVIOUS.name
 BMC_FIELD = "bmc_address"
 DEFAULT_FREE_STATUS = "inventory"
-
-T = TypeVar("T")
 
 
 # The instance name an object claims under is recorded on it (before the claim), so it survives restarts,
@@ -90,14 +87,6 @@ def matches(device: Mapping[str, Any], selector: DeviceSelector) -> bool:
     if not set(selector.tags) <= tags:
         return False
     return all(str(custom.get(k)) == v for k, v in selector.custom_fields.items())
-
-
-def spread(candidates: Sequence[T], owner: str) -> list[T]:
-    """The candidates rotated by a hash of the owner, so racing claims try different devices first."""
-    if not candidates:
-        return []
-    start = int(hashlib.sha256(owner.encode()).hexdigest()[:8], 16) % len(candidates)
-    return [*candidates[start:], *candidates[:start]]
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,8 @@ from netbox_device.backends import rest
 from netbox_device.selection import OWNER_FIELD
 
 Record = dict[str, Any]
-# Free devices a claim looks at: claims made at once try them in different orders (`selection.spread`) and
-# those taken meanwhile drop out of the next listing.
-CANDIDATES = 25
+# Free devices one listing shows: the claims of a process take them in turn (`claiming.FreeDevices`).
+CANDIDATES = 100
 
 
 class Devices(Protocol):
@@ -38,8 +37,11 @@ class Devices(Protocol):
     async def read(self, device_id: int) -> tuple[Record | None, str | None]:
         """A device and its ETag (None before NetBox 4.6); (None, None) when it is gone."""
 
-    async def write(self, device_id: int, fields: Mapping[str, Any], etag: str | None = None) -> bool:
-        """PATCH the device (with If-Match when `etag`); False when the ETag was stale (412)."""
+    async def write(
+        self, device_id: int, fields: Mapping[str, Any], etag: str | None = None
+    ) -> Record | None:
+        """PATCH the device (with If-Match when `etag`): the device as written, or None when the ETag was
+        stale (412)."""
 
     async def interfaces(self, device_id: int) -> list[Record]: ...
 
@@ -92,9 +94,11 @@ class PynetboxDevices:
     async def read(self, device_id: int) -> tuple[Record | None, str | None]:
         return await netbox.call("get-device", rest.get_with_etag, self._api, f"dcim/devices/{device_id}")
 
-    async def write(self, device_id: int, fields: Mapping[str, Any], etag: str | None = None) -> bool:
+    async def write(
+        self, device_id: int, fields: Mapping[str, Any], etag: str | None = None
+    ) -> Record | None:
         try:
-            await netbox.call(
+            return await netbox.call(
                 "write-device",
                 rest.patch_if_match,
                 self._api,
@@ -103,8 +107,7 @@ class PynetboxDevices:
                 etag,
             )
         except rest.Stale:
-            return False
-        return True
+            return None
 
     async def interfaces(self, device_id: int) -> list[Record]:
         return await netbox.call(

@@ -16,6 +16,7 @@ from baremetal_provision.backends.base import BMC, BootDevice, Credentials, Powe
 from baremetal_provision.contexts import INSTANCES, Context, OpenedAttempts
 from baremetal_provision.settings import BaremetalSettings
 from capfleet import errors, events, pausing, secretholds
+from capfleet.api.baremetal import BaremetalInstance
 from capfleet.kube import Kube
 from capfleet.resources import Resource
 
@@ -109,6 +110,16 @@ class FakeContext(Context):
         assert credentials == Credentials("admin", "secret")
         return self.server
 
+    async def current(self, instance: BaremetalInstance) -> BaremetalInstance | None:
+        """The API's instance when a test set one, else the pass's own with the annotations patched since."""
+        kube = cast(FakeKube, self.kube)
+        if kube.instance is not None:
+            return await super().current(instance)
+        meta = instance.metadata
+        return instance.model_copy(
+            update={"metadata": {**meta, "annotations": {**meta.get("annotations", {}), **kube.annotations}}}
+        )
+
 
 def b64(value: str) -> str:
     return base64.b64encode(value.encode()).decode()
@@ -197,6 +208,30 @@ async def test_a_restart_while_network_booting_does_not_power_cycle_again() -> N
     await provisioning.reconcile(ctx, body({markers.NETWORK_BOOTED: ago(10)}))
     assert server.calls == ["close"]
     assert last(kube, "phase") == "NetworkBooting"
+
+
+async def test_a_pass_from_a_late_event_acts_on_the_marks_as_they_are_now() -> None:
+    """A pass that started from an event the watch delivered late (the instance as it was before its
+    network boot) reads the instance afresh before acting, and does not boot the server a second time
+    (at N = 500 nine were, and their installers, refused the callback key served once, could not call
+    back)."""
+    server = FakeBMC(power="On", device="pxe", override="Once")
+    ctx, kube = context(server)
+    booted = {markers.BMC_TOUCHED: ago(20), markers.BOOT_WINDOW: ago(20), markers.NETWORK_BOOTED: ago(15)}
+    kube.instance = body(booted)
+    await provisioning.reconcile(ctx, body())
+    assert server.calls == ["close"]
+    assert last(kube, "phase") == "NetworkBooting"
+    assert markers.BMC_TOUCHED not in kube.annotations, "no mark written again"
+
+
+async def test_a_pass_for_an_instance_gone_from_the_api_does_not_act() -> None:
+    server = FakeBMC(power="On")
+    ctx, kube = context(server)
+    kube.instance = body()
+    kube.instance["metadata"]["uid"] = "another-instance-of-that-name"
+    await provisioning.reconcile(ctx, body())
+    assert server.calls == ["close"]
 
 
 async def test_the_callback_puts_the_boot_device_back_on_disk_then_reports_provisioned() -> None:

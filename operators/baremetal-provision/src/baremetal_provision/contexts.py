@@ -20,6 +20,7 @@ from baremetal_provision.backends.base import BMC, Credentials
 from baremetal_provision.settings import BaremetalSettings
 from capfleet import reconciling
 from capfleet.api import kinds
+from capfleet.api.baremetal import BaremetalInstance
 from capfleet.api.base import Condition
 
 INSTANCES = kinds.BAREMETAL_INSTANCE.resource
@@ -75,6 +76,14 @@ class Context(reconciling.Context):
 
     def lock(self, meta: Mapping[str, Any]) -> asyncio.Lock:
         return self.locks.setdefault(_key(meta), asyncio.Lock())
+
+    async def current(self, instance: BaremetalInstance) -> BaremetalInstance | None:
+        """The instance as the API server has it now; None once it is gone (or another took its name)."""
+        meta = instance.metadata
+        found = await self.kube.get(INSTANCES, meta["name"], meta.get("namespace"))
+        if found is None or found["metadata"].get("uid") != meta.get("uid"):
+            return None
+        return kinds.BAREMETAL_INSTANCE.parse(found)
 
     def forget(self, meta: Mapping[str, Any]) -> None:
         """Drop a deleted instance's lock and the attempts it had."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from capfleet.api import kinds
 from capfleet.api.baremetal import BaremetalInstance
 from capfleet.kube import Kube
 
-MAX_STEPS = 8
+MAX_STEPS = 9
 FINISHING = frozenset({"boot_from_disk", "expire"})
 """Actions whose phase is reported once they are done, not before (provisioning only)."""
 
@@ -94,6 +95,8 @@ class Pass:
     """The mark the network-boot action writes: the installer's, or on deletion the cleaner's."""
     clean: bool = False
     disk_requested: bool = False
+    fresh: bool = False
+    """Whether the instance was read afresh in this pass (`refresh`)."""
     meta: dict[str, Any] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -119,6 +122,21 @@ class Pass:
         await _annotate(self.ctx, self.meta, changes)
         kept = {k: v for k, v in markers.annotations_of(self.meta).items() if k not in changes}
         self.meta["annotations"] = {**kept, **{k: v for k, v in changes.items() if v is not None}}
+
+    async def refresh(self) -> bool:
+        """Read the instance afresh, once per pass, before its first action on the BMC; False when it is
+        gone. A pass may start from an event the watch delivered late and then wait for the instance's
+        lock: at N = 500 in `make bench-fleet`, passes holding the instance as it was before its network
+        boot booted nine servers a second time within one attempt, and their installers, refused the
+        callback key the first boot had fetched (it is served once), could not call back until the
+        attempt's deadline. Decisions rest on the marks, so they must be the latest before acting."""
+        found = await self.ctx.current(self.instance)
+        if found is None:
+            return False
+        self.instance = found
+        self.meta = dict(found.metadata)
+        self.fresh = True
+        return True
 
     async def wait_for_power(self, wanted: PowerState) -> None:
         await wait_for_power(self.target, wanted, self.ctx.settings.power_wait_seconds)
@@ -232,6 +250,10 @@ async def drive(run: Pass, decide: Decide, report_after: Collection[str] = ()) -
         action = ACTIONS.get(decision.action)
         if action is None:
             return decision
+        if not run.fresh:
+            if not await run.refresh():
+                return dataclasses.replace(decision, action="wait")
+            continue  # decided again on the marks as they are now
         opens_window = decision.action == "network_boot" and run.boot_mark == markers.NETWORK_BOOTED
         marks = markers.before_acting(run.meta, opens_window)
         if marks:

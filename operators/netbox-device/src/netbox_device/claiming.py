@@ -66,7 +66,7 @@ class FreeDevices:
     listing leaves them out. And they share listings: a claim takes the next device listed free for its
     selector, and only a claim that finds none left lists again, one listing per selector at a time, the
     claims that arrive meanwhile waiting for it. Each claim listing a page of its own limited claims at
-    N = 500 in `make bench-fleet`: 922 listings for the first 49 devices claimed, each waiting its turn among
+    N = 500 in `make bench-fleet`: 922 device searches for the first 49 claimed, each waiting its turn among
     NetBox's calls, and by then showing devices other claims here had taken up. Another process (a second
     management cluster) may claim a listed device before this one tries it: `attempt` reads every device
     before writing, so that costs a read; listings older than `fresh_seconds` are not handed out. Listed

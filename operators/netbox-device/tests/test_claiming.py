@@ -226,3 +226,16 @@ async def test_release_restores_and_held_finds_the_claim_again() -> None:
     assert record["status"] == {"value": "inventory"}
     assert not record["custom_fields"][OWNER_FIELD]
     assert await claiming.held(devices, "m/ns/a") is None
+
+
+async def test_claims_on_two_netboxes_with_one_selector_share_no_listing() -> None:
+    """One process, two connection Secrets: a claim on a NetBox with nothing free is not handed device ids
+    another NetBox listed (it would try them there, and say others were quicker instead of none free)."""
+    stocked, empty = FakeDevices(3, etags=True), FakeDevices(0, etags=True)
+    free = claiming.FreeDevices()
+    first = claiming.Claimant("m/ns/a", NetboxDeviceSelector(), DeviceClaim())
+    assert (await claiming.take(stocked, first, free)).device is not None
+    second = claiming.Claimant("m/ns/b", NetboxDeviceSelector(), DeviceClaim())
+    none_free = await claiming.take(empty, second, free)
+    assert (none_free.device, none_free.tried) == (None, 0)
+    assert (empty.listings, empty.reads) == (1, 0)

@@ -85,7 +85,8 @@ class FreeDevices:
     async def next(self, devices: Devices, filters: Mapping[str, Any]) -> int | None:
         """A device listed free for `filters` that no claim here is trying; None once a listing finds
         none."""
-        key = json.dumps(filters, sort_keys=True, default=str)
+        # Per NetBox client (one per connection Secret): claims on another NetBox share nothing with these.
+        key = f"{id(devices)}:{json.dumps(filters, sort_keys=True, default=str)}"
         while (found := self._pop(key)) is None:
             listing = self._listings.get(key)
             if listing is None:

@@ -31,7 +31,7 @@ from capfleet.api import kinds
 from capfleet.api.baremetal import BaremetalInstance
 from capfleet.kube import Kube
 
-MAX_STEPS = 9
+MAX_STEPS = 8
 FINISHING = frozenset({"boot_from_disk", "expire"})
 """Actions whose phase is reported once they are done, not before (provisioning only)."""
 
@@ -245,15 +245,15 @@ async def drive(run: Pass, decide: Decide, report_after: Collection[str] = ()) -
     for _ in range(MAX_STEPS):
         facts = await run.target.facts()
         decision = decide(facts, run)
+        if ACTIONS.get(decision.action) is not None and not run.fresh:
+            if not await run.refresh():
+                return dataclasses.replace(decision, action="wait")
+            decision = decide(facts, run)  # on the marks as they are now
         if decision.action not in report_after:
             await run.status.phase(decision.phase, facts.power_state, run.marks, run.goal)
         action = ACTIONS.get(decision.action)
         if action is None:
             return decision
-        if not run.fresh:
-            if not await run.refresh():
-                return dataclasses.replace(decision, action="wait")
-            continue  # decided again on the marks as they are now
         opens_window = decision.action == "network_boot" and run.boot_mark == markers.NETWORK_BOOTED
         marks = markers.before_acting(run.meta, opens_window)
         if marks:

@@ -33,6 +33,8 @@ from capfleet_e2e.kubebin import repo_root
 from capfleet_e2e.operators import OperatorProcess
 from capfleet_e2e.processes import free_port
 from capfleet_e2e.sample import CRD_PATH
+from capfleet_e2e.sample.handlers import IDENTITY
+from capfleet_e2e.sample.reconciling import RELEASE_WRITES_LABEL
 from capfleet_e2e.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -166,6 +168,42 @@ async def test_sample_operator_reconciles_pauses_and_stays_idle(
     assert operator_writes(events) == []
     assert operator.component is not None
     assert operator.component.process.poll() is None, "the operator is still running"
+
+
+@pytest.mark.usefixtures("sample_crd")
+async def test_a_deletion_handler_that_wrote_to_its_object_gets_its_finalizer_removed_at_the_first_try(
+    control_plane: Cluster, kube: Kube, namespace: str, run_operator: RunOperator
+) -> None:
+    if not isinstance(control_plane, ControlPlane):
+        pytest.skip("refused patches are counted from the local control plane's audit log")
+    run_operator("capfleet_e2e.sample", namespaces=[namespace])
+    writes = 5
+    labelled = sample("bye")
+    labelled["metadata"]["labels"] = {RELEASE_WRITES_LABEL: str(writes)}
+    await kube.create(SAMPLES, labelled, namespace)
+    reconciled = await wait_reconciled(kube, namespace, generation=1)
+    assert reconciled["metadata"].get("finalizers") == [IDENTITY.finalizer]
+
+    _, offset = control_plane.audit_events()
+    await kube.delete(SAMPLES, "s1", namespace)
+
+    async def gone() -> bool:
+        return await kube.get(SAMPLES, "s1", namespace) is None
+
+    await eventually("the Sample to be deleted", gone)
+    events, _ = control_plane.audit_events(offset)
+    on_it = [
+        e
+        for e in events
+        if e.get("verb") == "patch"
+        and (e.get("objectRef") or {}).get("name") == "s1"
+        and f"{e['verb']} {e['requestURI']}" in operator_writes(events)
+    ]
+    status_writes = [e for e in on_it if (e.get("objectRef") or {}).get("subresource") == "status"]
+    assert len(status_writes) == writes, "the release wrote to its object while kopf queued the events"
+    # kopf's merge-patch of the released-at annotation, then its finalizer's removal: nothing refused.
+    main = [e["responseStatus"]["code"] for e in on_it if e not in status_writes]
+    assert main == [200, 200]
 
 
 def handled_by(process: OperatorProcess) -> Counter[str]:

@@ -37,6 +37,11 @@ class Identity:
         return f"{self.annotation_prefix}/{HANDLED_KEY}"
 
     @property
+    def released_annotation(self) -> str:
+        """Written through kopf when a deletion handler is done (`runtime.releases_at_once`)."""
+        return f"{self.annotation_prefix}/released-at"
+
+    @property
     def peering_name(self) -> str:
         return f"capfleet-{self.name}"
 

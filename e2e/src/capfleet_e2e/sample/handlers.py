@@ -10,7 +10,8 @@ from capfleet.resources import Resource
 from capfleet_e2e.sample import reconciling
 
 IDENTITY = runtime.Identity("sample")
-runtime.count_phases(Resource("sample.capfleet.dev", "v1alpha1", "samples", "Sample"))
+SAMPLES = Resource("sample.capfleet.dev", "v1alpha1", "samples", "Sample")
+runtime.count_phases(SAMPLES)
 
 
 @kopf.on.resume("sample.capfleet.dev", "samples")
@@ -28,3 +29,11 @@ async def reconcile_sample(
 ) -> None:
     kube, _events = kit.Context.parts(memo)
     await reconciling.reconcile(kube, body, spec, meta, status, patch)
+
+
+@kopf.on.delete("sample.capfleet.dev", "samples", labels={reconciling.RELEASE_WRITES_LABEL: kopf.PRESENT})
+@runtime.reconciler("Sample")
+@runtime.releases_at_once(IDENTITY)
+async def release_sample(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    kube, _events = kit.Context.parts(memo)
+    await reconciling.release(kube, SAMPLES, body)

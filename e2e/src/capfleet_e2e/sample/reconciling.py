@@ -1,4 +1,5 @@
-"""The sample reconcile: desired status from spec, written only when it differs."""
+"""The sample reconcile: desired status from spec, written only when it differs; and a release that writes
+to its object as it goes, as real deletion handlers do (only for Samples labelled with how many writes)."""
 
 from collections.abc import Mapping, MutableMapping
 from typing import Any
@@ -7,6 +8,9 @@ import kopf
 
 from capfleet import conditions, events, pausing, statuses
 from capfleet.kube import Kube
+from capfleet.resources import Resource
+
+RELEASE_WRITES_LABEL = "sample.capfleet.dev/release-writes"
 
 
 async def reconcile(
@@ -32,3 +36,12 @@ async def reconcile(
     statuses.merge_into(status_patch, status, desired)
     for changed in statuses.transitions(before, conditions.parse(desired["conditions"])):
         await events.post(kube, body, "Normal", changed.reason, f"{changed.type} is {changed.status}")
+
+
+async def release(kube: Kube, resource: Resource, body: Mapping[str, Any]) -> None:
+    """Write `status.echo` as many times as the object's label says, each a step of the release."""
+    meta = body["metadata"]
+    writes = int((meta.get("labels") or {}).get(RELEASE_WRITES_LABEL) or 0)
+    for step in range(writes):
+        echo = {"echo": f"releasing, step {step + 1} of {writes}"}
+        await kube.patch_status(resource, meta["name"], echo, meta.get("namespace"))

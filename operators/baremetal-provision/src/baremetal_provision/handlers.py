@@ -109,5 +109,6 @@ async def resync(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
 
 @kopf.on.delete(*INSTANCES)
 @runtime.reconciler("BaremetalInstance")
+@runtime.releases_at_once(IDENTITY)
 async def deprovision(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     await provisioning.deprovision(Context.from_memo(memo), body)

@@ -109,6 +109,7 @@ async def machine_loop(
 
 @kopf.on.delete(*HYBRID_MACHINES.watch)
 @runtime.reconciler("HybridMachine")
+@runtime.releases_at_once(IDENTITY)
 async def delete_machine(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
     ctx = Context.from_memo(memo)
     key = Key(HYBRID_MACHINE, _namespaced(namespace), name)
@@ -139,6 +140,7 @@ async def cluster_loop(
 
 @kopf.on.delete(*HYBRID_CLUSTERS.watch, when=ours)
 @runtime.reconciler("HybridCluster")
+@runtime.releases_at_once(IDENTITY)
 async def delete_cluster(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
     ctx = Context.from_memo(memo)
     key = Key(HYBRID_CLUSTER, _namespaced(namespace), name)

@@ -76,6 +76,7 @@ async def recheck_vm(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
 
 @kopf.on.delete(*VMS.watch)
 @runtime.reconciler("LibvirtVM")
+@runtime.releases_at_once(IDENTITY)
 async def delete_vm(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     await vms.delete(Context.from_memo(memo), body)
 

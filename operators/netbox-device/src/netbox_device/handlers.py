@@ -56,6 +56,7 @@ async def repair_device_status(type: str, body: kopf.Body, memo: kopf.Memo, **_:
 
 @kopf.on.delete(*DEVICES)
 @runtime.reconciler("NetboxDevice")
+@runtime.releases_at_once(IDENTITY)
 async def release_device(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     await device_claims.release(Context.from_memo(memo), body)
 
@@ -76,5 +77,6 @@ async def repair_machine_status(type: str, body: kopf.Body, memo: kopf.Memo, **_
 
 @kopf.on.delete(*MACHINES)
 @runtime.reconciler("NetboxVirtualMachine")
+@runtime.releases_at_once(IDENTITY)
 async def deregister_machine(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     await vm_serving.release(Context.from_memo(memo), body)

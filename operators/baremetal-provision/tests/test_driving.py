@@ -166,7 +166,12 @@ async def test_a_new_instance_is_powered_off_then_network_booted_once() -> None:
     assert server.calls == ["power_off", "boot_pxe_once", "power_on", "close"]
     assert markers.NETWORK_BOOTED in kube.annotations
     assert [markers.BOOT_WINDOW in marks for marks in marks_at_power_on] == [True], "window opened first"
-    assert [p["phase"] for p in kube.status if "phase" in p] == ["PoweringOff", "NetworkBooting"]
+    # Each phase is written once: PoweringOff before its slow action, NetworkBooting after the network
+    # boot, with the attempt it opened.
+    assert [(p.get("phase"), p.get("provisioningAttempts")) for p in kube.status] == [
+        ("PoweringOff", None),
+        ("NetworkBooting", 1),
+    ]
     assert kube.events == [("Normal", "PoweringOff"), ("Normal", "NetworkBooting")]
     assert condition(kube, "BMCReachable")["reason"] == "Connected"
     assert condition(kube, "Ready")["reason"] == "NetworkBooting"
@@ -306,6 +311,8 @@ async def test_an_image_deployment_power_cycles_onto_the_disk_once() -> None:
     await provisioning.reconcile(ctx, body(deployed, os=None, image=image))
     assert server.calls == ["power_off", "boot_disk_persistent", "power_on", "close"]
     assert kube.annotations[markers.DISK_BOOTED]
+    # Powered off, then on again, within the pass: the status is written once, where the pass ends.
+    assert [(p.get("phase"), p.get("powerState")) for p in kube.status] == [("Provisioned", "On")]
     server.calls.clear()
     await provisioning.reconcile(ctx, body({**deployed, **kube.annotations}, os=None, image=image))
     assert server.calls == ["close"], "booted once; a running server is left alone"

@@ -114,3 +114,21 @@ async def test_a_deletion_during_a_get_keeps_nothing() -> None:
     api.objects["vm"] = obj("vm", "5")
     found = await cache.reader(api).get(LIBVIRT_VMS, "vm", "ns")
     assert version(found) == "5"
+
+
+async def test_a_child_just_created_is_read_as_created_until_its_events_come() -> None:
+    cache, api = children_cache(), Api()
+    reads = cache.reader(api)
+    assert await reads.get(LIBVIRT_VMS, "vm", "ns") is None  # "not found" kept: not created yet
+    cache.created(LIBVIRT_VMS, obj("vm", "1", managedFields=[{"manager": "x"}]))
+    assert await reads.get(LIBVIRT_VMS, "vm", "ns") == obj("vm", "1")
+    cache.seen(LIBVIRT_VMS, obj("vm", "2"))
+    assert version(await reads.get(LIBVIRT_VMS, "vm", "ns")) == "2"
+    assert api.gets == ["libvirtvms/vm"]
+
+
+async def test_a_creation_answered_after_its_events_does_not_replace_them() -> None:
+    cache = children_cache()
+    cache.seen(LIBVIRT_VMS, obj("vm", "2"))
+    cache.created(LIBVIRT_VMS, obj("vm", "1"))
+    assert version(await cache.reader(Api()).get(LIBVIRT_VMS, "vm", "ns")) == "2"

@@ -7,6 +7,7 @@ The integration suites run the same flows on a real control plane; these pin the
 from __future__ import annotations
 
 import copy
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -349,3 +350,21 @@ def test_inherited_patch_brings_pause_and_shard_in_line_and_leaves_a_deleting_ch
     assert inheritance.inherited_patch({"metadata": {"labels": {SHARD: "b"}}}, owner, paused=False) is None
     child["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     assert inheritance.inherited_patch(child, {"metadata": {}}, paused=False) is None
+
+
+async def test_a_new_machine_without_its_machine_owner_waits_a_moment_before_saying_so(api: FakeKube) -> None:
+    """Cluster API sets the ownerReference within a second: a status saying it is missing is written only
+    once the machine is older than the grace, not for every new machine."""
+    just_now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    meta = {"name": "orphan", "creationTimestamp": just_now}
+    api.put(kinds.HYBRID_MACHINE.resource, {"metadata": meta, "spec": VM})
+    ctx = context(api)
+    with pytest.raises(errors.Waiting) as waiting:
+        await machines.reconcile(ctx, NS, "orphan", api)
+    assert waiting.value.reason == "WaitingForMachine"
+    assert "status" not in api.obj(kinds.HYBRID_MACHINE.resource, "orphan")
+
+    older = datetime.now(UTC) - timedelta(seconds=machines.OWNER_GRACE_SECONDS + 1)
+    meta["creationTimestamp"] = older.strftime("%Y-%m-%dT%H:%M:%SZ")
+    await machines.reconcile(ctx, NS, "orphan", api)
+    assert conditions(api, "orphan")["Ready"] == "WaitingForMachine"

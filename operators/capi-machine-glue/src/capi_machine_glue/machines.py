@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import pydantic
@@ -68,6 +69,20 @@ class ChildrenRemaining(errors.Waiting):
 
     def delay(self, retry: int) -> float | None:
         return float(min(self.poll_seconds * (2 ** max(retry, 0)), self.retry_cap))
+
+
+OWNER_GRACE_SECONDS = 10.0
+"""How long a new HybridMachine waits for its Machine's ownerReference before its status says it waits:
+Cluster API sets it within a second of creating the two, and saying so at once cost a status write per
+machine. The wait ends with the event of the ownerReference, or with the retry after this time."""
+
+
+def _age_seconds(meta: Mapping[str, Any]) -> float:
+    created = meta.get("creationTimestamp")
+    if not created:
+        return 0.0
+    since = datetime.now(UTC) - datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    return since.total_seconds()
 
 
 async def capi_cluster(reads: Reads, name: str | None, namespace: str) -> capi.Cluster | None:
@@ -162,8 +177,10 @@ class MachineReconcile:
             "metadata": ownership.child_metadata(name, self.body),
             "spec": spec.to_wire(),
         }
-        created, _ = await self.ctx.kube.create_or_get(resource, child, self.namespace)
-        return created
+        found, made = await self.ctx.kube.create_or_get(resource, child, self.namespace)
+        if made:
+            self.ctx.cache.created(resource, found)
+        return found
 
     def planned(self, step: str, plan: Callable[[], T]) -> T:
         """`plan()`'s result; a bad spec it finds is recorded as the step's condition, then raised. A child
@@ -201,6 +218,8 @@ async def reconcile(ctx: Context, namespace: str, name: str, reads: Reads) -> No
         ctx, HYBRID_MACHINES, body, summaries.steps(machine.spec.vm is not None, netbox_record=False)
     )
     if owner is None or cluster_name is None:
+        if _age_seconds(meta) < OWNER_GRACE_SECONDS:
+            raise errors.Waiting("no CAPI Machine owns this HybridMachine yet", reason="WaitingForMachine")
         recorder.note(
             Update.false(
                 summaries.CLUSTER_INFRASTRUCTURE,

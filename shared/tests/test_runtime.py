@@ -173,3 +173,39 @@ def test_the_marks_an_operator_writes_itself_are_not_changes_kopf_handles() -> N
     assert storage.fetch(body=own) == storage.build(body=own), "its own marks and Secret holds: no change"
     guest = marked(**{"baremetal.capfleet.dev/called-back-at": "3"})
     assert storage.fetch(body=guest) != storage.build(body=guest), "the guest's mark is a change to handle"
+
+
+async def test_a_deletion_handler_ends_with_kopfs_patch_and_never_runs_again_for_what_it_released() -> None:
+    """kopf may run a deletion handler again for a watch event older than the object's release (its
+    consistency timeout passed before the watch showed the object gone): the handler must not act on a
+    released object again. One that failed runs again."""
+    identity = runtime.Identity("unit-test")
+    runs: list[str] = []
+
+    @runtime.releases_at_once(identity)
+    async def release(uid: str, patch: kopf.Patch, fail: bool = False) -> None:
+        runs.append(uid)
+        if fail:
+            raise errors.BackendUnavailable("BMC down")
+
+    first = kopf.Patch()
+    with pytest.raises(errors.BackendUnavailable):
+        await release(uid="u1", patch=first, fail=True)
+    assert first == {}
+    await release(uid="u1", patch=first)
+    assert identity.released_annotation in first["metadata"]["annotations"]
+    again = kopf.Patch()
+    await release(uid="u1", patch=again)
+    assert again == {}, "nothing for kopf to write either"
+    await release(uid="u2", patch=kopf.Patch())
+    assert runs == ["u1", "u1", "u2"]
+
+
+def test_released_objects_are_forgotten_after_their_time() -> None:
+    released = runtime.Released(seconds=0.0)
+    released.add("u1")
+    assert "u1" not in released
+    kept = runtime.Released()
+    kept.add("u1")
+    assert "u1" in kept
+    assert "u2" not in kept

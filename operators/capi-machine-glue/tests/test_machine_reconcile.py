@@ -57,6 +57,7 @@ class FakeKube:
         self.objects: dict[tuple[str, str], Obj] = {}
         self.created: list[str] = []
         self.events: list[tuple[str, str, str]] = []  # involved object's name, type, reason
+        self.gets: list[str] = []
 
     async def create(self, resource: Resource, body: Obj, namespace: str | None = None) -> Obj:
         assert resource == resources.EVENTS, "the glue creates its children with create_or_get"
@@ -75,6 +76,7 @@ class FakeKube:
         return self.objects[(resource.plural, name)]
 
     async def get(self, resource: Resource, name: str, namespace: str | None = None) -> Obj | None:
+        self.gets.append(resource.kind)
         return copy.deepcopy(self.objects.get((resource.plural, name)))
 
     async def create_or_get(self, resource: Resource, body: Obj, namespace: str | None = None) -> Any:
@@ -274,9 +276,11 @@ async def test_deletion_takes_the_server_first_and_polls_at_the_setting(api: Fak
         "ownerReferences": [{"uid": owner["metadata"]["uid"]}],
     }
     api.put(kinds.BAREMETAL_INSTANCE.resource, {"metadata": instance_meta, "spec": {}})
+    api.gets.clear()
     with pytest.raises(machines.ChildrenRemaining, match="BaremetalInstance w-0") as waiting:
         await machines.delete(ctx, owner)
     assert waiting.value.delay(0) == 0.5
+    assert api.gets == ["Cluster", "BaremetalInstance"], "a server's deletion asks for no VM"
     assert (kinds.NETBOX_DEVICE.resource.plural, "w-0") in api.objects
     del api.objects[(kinds.BAREMETAL_INSTANCE.resource.plural, "w-0")]
     with pytest.raises(machines.ChildrenRemaining, match="NetboxDevice w-0, IPAddressClaim w-0-eno1-0"):

@@ -4,6 +4,8 @@ glue's own children and never over an event that came while the GET was under wa
 from __future__ import annotations
 
 import asyncio
+import json
+import tracemalloc
 from collections.abc import Mapping
 from typing import Any
 
@@ -132,3 +134,25 @@ async def test_a_creation_answered_after_its_events_does_not_replace_them() -> N
     cache.seen(LIBVIRT_VMS, obj("vm", "2"))
     cache.created(LIBVIRT_VMS, obj("vm", "1"))
     assert version(await cache.reader(Api()).get(LIBVIRT_VMS, "vm", "ns")) == "2"
+
+
+async def test_objects_are_kept_as_compact_text_and_each_read_is_a_fresh_copy() -> None:
+    """Parsed, an object takes four to five times its JSON text: the cache keeps the text."""
+    conditions = [{"type": f"Step{i}", "status": "True", "reason": "Done", "message": ""} for i in range(12)]
+    machines = [obj(f"m{i}", "1", labels={"a": "b"}, status={"conditions": conditions}) for i in range(200)]
+    texts = [json.dumps(m, separators=(",", ":")) for m in machines]
+    cache = children_cache()
+    tracemalloc.start()
+    try:
+        for text in texts:  # each as a watch event brings it: parsed, then left to the cache
+            cache.seen(MACHINES, json.loads(text))
+        kept, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert kept < 1.5 * sum(len(text) for text in texts)
+    reads = cache.reader(Api())
+    found = await reads.get(MACHINES, "m0", "ns")
+    assert found == machines[0]
+    assert found is not None
+    found["metadata"]["name"] = "changed by a caller"
+    assert await reads.get(MACHINES, "m0", "ns") == machines[0]

@@ -13,6 +13,8 @@ took the glue from hundreds of GETs per machine (one per object per reconcile) t
   event that arrived while the GET was under way wins over the GET's answer.
 - A child the glue has just created is kept as its creation answered, unless an event came first: a
   reconcile woken before the child's ADDED event then does not create it again.
+- Each object is kept as its compact JSON text (`packed`), a fifth of the memory of its parsed dicts, and
+  parsed again when read.
 - A reconcile woken by the resync timer or a retry reads from the API server: the net for what a watch
   can miss, such as an object deleted while the watch was re-listing.
 
@@ -22,6 +24,7 @@ get, merge patches of what differs), and the event that brings the newer object 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -58,13 +61,20 @@ def without_managed_fields(body: Obj) -> dict[str, Any]:
     return {**body, "metadata": meta}
 
 
+def packed(body: Obj) -> str:
+    """The object as kept: its compact JSON text, without `managedFields`. Parsed into dicts, an object
+    takes four to five times the memory of its text (a CAPI Machine: 21.7 against 4.8 KB), and at
+    N = 500 the glue keeps about six objects per machine; a read parses the text again (a fresh copy)."""
+    return json.dumps(without_managed_fields(body), separators=(",", ":"))
+
+
 @dataclass
 class WatchCache:
     """The newest object of each key the watches have shown, or None where a GET found none (for the
     kinds in `remember_absence`: (group, plural))."""
 
     remember_absence: frozenset[tuple[str, str]] = frozenset()
-    _entries: dict[EntryKey, dict[str, Any] | None] = field(default_factory=dict)
+    _entries: dict[EntryKey, str | None] = field(default_factory=dict)
     # Each event's number, by key: a GET's "not found" is kept only if no event came while it was under
     # way. Deleted keys are forgotten (the cache does not grow with every object that ever lived), so
     # deletions are noted apart, and only while a GET is under way.
@@ -85,7 +95,7 @@ class WatchCache:
                 self._deletions[key] = self._events
             return
         self._last_event[key] = self._events
-        self._entries[key] = without_managed_fields(body)
+        self._entries[key] = packed(body)
 
     def created(self, resource: Kind, body: Obj) -> None:
         """An object the glue just created: kept unless an event already showed it, so a
@@ -94,7 +104,7 @@ class WatchCache:
         meta = body["metadata"]
         key = entry_key(resource, meta.get("namespace"), meta["name"])
         if self._entries.get(key) is None:
-            self._entries[key] = without_managed_fields(body)
+            self._entries[key] = packed(body)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -108,7 +118,8 @@ class WatchCache:
         is kept and no event for it came meanwhile."""
         key = entry_key(resource, namespace, name)
         if key in self._entries:
-            return self._entries[key]
+            kept = self._entries[key]
+            return json.loads(kept) if kept is not None else None
         started = self._events
         self._gets_under_way += 1
         try:

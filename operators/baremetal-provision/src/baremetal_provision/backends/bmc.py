@@ -126,8 +126,12 @@ class RedfishBMC:
         self._connector = sushy_connector.Connector(address.base_url, verify=verify_arg)
         self._auth = sushy_auth.BasicAuth(username=credentials.username, password=credentials.password)
         self._root: Any = None
+        self._system_resource: Any = None
 
-    def _system(self) -> Any:
+    def _system(self, fresh: bool) -> Any:
+        """The System, read once per connection and again only where its state is wanted (`fresh`): an
+        action needs only its action targets, which do not change (sushy's `get_system` reads the System
+        at every call, one GET before each action)."""
         if self._root is None:
             self._root = sushy.Sushy(
                 f"{self._address.base_url}/redfish/v1/",
@@ -138,13 +142,17 @@ class RedfishBMC:
                 read_timeout=30,
                 connect_timeout=10,
             )
-        return self._root.get_system(self._address.system_path)
+        if self._system_resource is None:
+            self._system_resource = self._root.get_system(self._address.system_path)
+        elif fresh:
+            self._system_resource.refresh(force=True)
+        return self._system_resource
 
-    async def _call(self, operation: str, work: Callable[[Any], T]) -> T:
+    async def _call(self, operation: str, work: Callable[[Any], T], *, fresh: bool = False) -> T:
         def run() -> T:
             with metrics.backend_call("redfish", operation):
                 try:
-                    return work(self._system())
+                    return work(self._system(fresh))
                 except Exception as exc:  # mapped in one place; the original is chained
                     raise wire_error(exc, self._address) from exc
 
@@ -161,7 +169,7 @@ class RedfishBMC:
                 serial=system.serial_number,
             )
 
-        return await self._call("facts", read)
+        return await self._call("facts", read, fresh=True)
 
     async def power_on(self) -> None:
         await self._call("power_on", lambda system: system.reset_system(sushy.ResetType.ON))

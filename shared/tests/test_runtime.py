@@ -36,8 +36,6 @@ def test_settings_carry_the_operators_own_marks() -> None:
     assert settings.peering.name == "capfleet-libvirt-vm"
     assert settings.posting.enabled is False
     assert isinstance(settings.persistence.progress_storage, kopf.AnnotationsProgressStorage)
-    assert settings.persistence.consistency_timeout == runtime.CONSISTENCY_TIMEOUT_SECONDS
-    assert kopf.OperatorSettings().persistence.consistency_timeout < runtime.CONSISTENCY_TIMEOUT_SECONDS
 
 
 def claim(**meta: object) -> kopf.Body:

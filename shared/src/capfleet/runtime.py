@@ -50,7 +50,6 @@ R = TypeVar("R")
 SettingsT = TypeVar("SettingsT", bound=reconciling.Settings)
 
 VERSION = "0.1.0"
-CONSISTENCY_TIMEOUT_SECONDS = 30.0
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
@@ -94,12 +93,6 @@ def configure(
         # another shard) comes as a DELETED event here and an ADDED one there.
         settings.watching.label_selectors[_served] = selector
     settings.watching.server_timeout = 300
-    # How long kopf waits for its watch to show its own last patch before it handles the object again on an
-    # older body (5 s by default). Under load the watch lags more: at N = 500 in `make bench-fleet`, after a
-    # finalizer's removal (whose version never comes: the object is gone) the older events queued meanwhile
-    # reached kopf one by one, each past the timeout, and each cost a removal patch answered 404 (8.4 per
-    # BaremetalInstance). Waiting longer only ever delays a handler that would have run on a stale body.
-    settings.persistence.consistency_timeout = CONSISTENCY_TIMEOUT_SECONDS
 
 
 def _served(resource: kopf.Resource) -> bool:

@@ -129,7 +129,7 @@ def summarize(conditions: Sequence[Condition], steps: Sequence[str]) -> Update:
     return Update.true(READY, "Ready")
 
 
-def _instant(text: str) -> datetime:
+def instant(text: str) -> datetime:
     return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
 
 
@@ -141,12 +141,12 @@ def step_durations(conditions: Sequence[Condition], steps: Sequence[str], starte
     "where did the time go" from the status alone. Steps that are not True, or carry no time, are left out.
     """
     durations: dict[str, int] = {}
-    previous = _instant(started)
+    previous = instant(started)
     for step in steps:
         found = find(conditions, step)
         if found is None or found.status != "True" or not found.last_transition_time:
             continue
-        done = _instant(found.last_transition_time)
+        done = instant(found.last_transition_time)
         durations[step] = max(0, int((done - previous).total_seconds()))
         previous = max(previous, done)
     return durations

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import pydantic
 
-from capfleet import errors, kube, ownership, pausing, reconciling
+from capfleet import conditions, errors, kube, ownership, pausing, reconciling
 from capfleet.api import capi, kinds
 from capfleet.api.base import Model
 from capfleet.api.capi import IPAddress
@@ -81,8 +81,7 @@ def _age_seconds(meta: Mapping[str, Any]) -> float:
     created = meta.get("creationTimestamp")
     if not created:
         return 0.0
-    since = datetime.now(UTC) - datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-    return since.total_seconds()
+    return (datetime.now(UTC) - conditions.instant(created)).total_seconds()
 
 
 async def capi_cluster(reads: Reads, name: str | None, namespace: str) -> capi.Cluster | None:

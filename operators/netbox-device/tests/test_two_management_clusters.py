@@ -30,6 +30,10 @@ from capfleet_e2e.waiting import eventually
 pytestmark = pytest.mark.integration
 
 PER_CLUSTER = 8
+SETTLE = {"CAPFLEET_NETBOX_SETTLE_SECONDS": "1.0"}
+"""The production read-back delay, not the suite's 0.2 s: the pre-4.6 claim is safe while no claimant takes
+longer than it between its read and its write, and sixteen claims at once on a NetBox of two cores took
+longer than 0.2 s (one device claimed by both clusters, once)."""
 
 
 @pytest.mark.parametrize("netbox", ["4.4.10", "4.6.8"], indirect=True)
@@ -46,7 +50,9 @@ async def test_two_instances_race_without_a_double_claim(
         for ns, instance in clusters.items():
             await create_connection_secret(kube, ns, netbox)
             run_operator(
-                "netbox_device", namespaces=[ns], env={**OPERATOR_ENV, "CAPFLEET_INSTANCE_NAME": instance}
+                "netbox_device",
+                namespaces=[ns],
+                env={**OPERATOR_ENV, **SETTLE, "CAPFLEET_INSTANCE_NAME": instance},
             )
         await asyncio.gather(
             *(

@@ -2,8 +2,8 @@
 
 Shared families mean one dashboard serves the whole fleet: reconciles by kind and result, reconcile
 duration, backend call duration by backend/operation/outcome, objects by phase, how long each step
-of an object took, and IP pool usage (deploy/grafana holds the dashboard over them). Operators record
-through the helpers here rather than creating their own families.
+of an object took, IP pool usage, and the memory the heap trim gave back (deploy/grafana holds the
+dashboard over them). Operators record through the helpers here rather than creating their own families.
 """
 
 from __future__ import annotations
@@ -53,6 +53,10 @@ POOL_ADDRESSES = prometheus_client.Gauge(
     ["namespace", "pool", "state"],
 )
 POOL_STATES = ("used", "free", "outOfRange")
+HEAP_RETURNED = prometheus_client.Counter(
+    "capfleet_heap_returned_bytes",
+    "Resident memory freed by Python and given back to the system by the heap trim (capfleet.heap).",
+)
 
 
 def serve(address: str, port: int) -> None:

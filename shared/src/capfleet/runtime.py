@@ -1,5 +1,5 @@
 """How every capfleet operator starts from its Identity and Options (`capfleet.options`): kopf settings,
-metrics, probes, logging, leader election.
+metrics, probes, logging, leader election, the heap trim.
 
 Each operator's `__main__` imports its handlers (which register with kopf's default registry) and calls
 `run(Identity("<operator>"), <its Settings>)`. Everything that must be the same across the fleet lives
@@ -31,6 +31,7 @@ from capfleet import (
     conditions,
     errors,
     events,
+    heap,
     leadership,
     metrics,
     persistence,
@@ -314,8 +315,12 @@ def run(
         )
 
     async def main() -> None:
-        async with _secure_metrics(identity, options):
-            await (_lead_then(operate, identity, options) if options.leader_elect else operate())
+        trimming = asyncio.create_task(heap.keep_trimmed())
+        try:
+            async with _secure_metrics(identity, options):
+                await (_lead_then(operate, identity, options) if options.leader_elect else operate())
+        finally:
+            trimming.cancel()
 
     asyncio.run(main())
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import ctypes.util
 import logging
 import os
 from collections.abc import Callable
@@ -32,11 +31,9 @@ _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 def trimmer() -> Callable[[], None] | None:
     """glibc's `malloc_trim(0)`, or None where the C library has none."""
-    name = ctypes.util.find_library("c")
     try:
-        libc = ctypes.CDLL(name)
-        trim = libc.malloc_trim
-    except (OSError, AttributeError, TypeError):
+        trim = ctypes.CDLL(None).malloc_trim  # the process's own symbols, its C library's among them
+    except (OSError, AttributeError):
         return None
     trim.argtypes = [ctypes.c_size_t]
     trim.restype = ctypes.c_int

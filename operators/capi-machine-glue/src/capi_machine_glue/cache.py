@@ -15,6 +15,12 @@ took the glue from hundreds of GETs per machine (one per object per reconcile) t
   reconcile woken before the child's ADDED event then does not create it again.
 - Each object is kept as its compact JSON text (`packed`), a fifth of the memory of its parsed dicts, and
   parsed again when read.
+- The answer to the glue's own write of an object it watches (its status, its provider ID) is kept, and
+  events older than it are passed over until one at least as new comes (as client-go's MutationCache
+  does, comparing resourceVersions as numbers): otherwise a reconcile woken while the watch lags behind
+  those writes reads the object from before them and writes them again (at N = 500 in `make bench-fleet`,
+  16.4 status patches per machine in one run against 9.5 in another, and about 180 machines whose
+  provider ID was patched 7 to 12 times).
 - A reconcile woken by the resync timer or a retry reads from the API server: the net for what a watch
   can miss, such as an object deleted while the watch was re-listing.
 
@@ -61,6 +67,14 @@ def without_managed_fields(body: Obj) -> dict[str, Any]:
     return {**body, "metadata": meta}
 
 
+def resource_version(body: Obj) -> int | None:
+    """The object's resourceVersion as a number, or None if it is not one."""
+    try:
+        return int(body["metadata"].get("resourceVersion") or "")
+    except ValueError:
+        return None
+
+
 def packed(body: Obj) -> str:
     """The object as kept: its compact JSON text, without `managedFields`. Parsed into dicts, an object
     takes four to five times the memory of its text (a CAPI Machine: 21.7 against 4.8 KB), and at
@@ -82,19 +96,40 @@ class WatchCache:
     _last_event: dict[EntryKey, int] = field(default_factory=dict)
     _deletions: dict[EntryKey, int] = field(default_factory=dict)
     _gets_under_way: int = 0
+    # The resourceVersion of each kept answer to the glue's own write, until an event catches up with it.
+    _written: dict[EntryKey, int] = field(default_factory=dict)
 
     def seen(self, resource: Kind, body: Obj, *, deleted: bool = False) -> None:
-        """What a watch event says about `body`: its newest state, or (`deleted`) that it is gone."""
+        """What a watch event says about `body`: its newest state, or (`deleted`) that it is gone; an
+        event older than the glue's own last write of the object is passed over."""
         meta = body["metadata"]
         key = entry_key(resource, meta.get("namespace"), meta["name"])
         self._events += 1
         if deleted:
             self._entries.pop(key, None)
             self._last_event.pop(key, None)
+            self._written.pop(key, None)
             if self._gets_under_way:
                 self._deletions[key] = self._events
             return
         self._last_event[key] = self._events
+        written = self._written.get(key)
+        if written is not None:
+            version = resource_version(body)
+            if version is not None and version < written:
+                return
+            del self._written[key]
+        self._entries[key] = packed(body)
+
+    def written(self, resource: Kind, body: Obj) -> None:
+        """The answer to the glue's own write of `body`: kept, if events keep the object here, until an
+        event at least as new arrives."""
+        meta = body["metadata"]
+        key = entry_key(resource, meta.get("namespace"), meta["name"])
+        version, kept = resource_version(body), self._entries.get(key)
+        if version is None or kept is None or (resource_version(json.loads(kept)) or 0) >= version:
+            return
+        self._written[key] = version
         self._entries[key] = packed(body)
 
     def created(self, resource: Kind, body: Obj) -> None:

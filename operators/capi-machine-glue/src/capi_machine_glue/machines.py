@@ -240,10 +240,10 @@ async def reconcile(ctx: Context, namespace: str, name: str, reads: Reads) -> No
     try:
         await converge(run, cluster_name, cluster, owner)
     except errors.CapfleetError as exc:
-        await recorder.finish()
+        ctx.cache.written(HYBRID_MACHINES, await recorder.finish())
         await ctx.refused(body, exc)
         raise
-    await recorder.finish()
+    ctx.cache.written(HYBRID_MACHINES, await recorder.finish())
 
 
 async def converge(
@@ -292,9 +292,11 @@ async def provision(run: MachineReconcile, facts: specs.MachineFacts, cluster: H
         provider_id = await metal(run, facts, cluster, allocations)
         infrastructure_step = summaries.SERVER
     if provider_id and spec.provider_id is None:
-        await run.ctx.kube.patch(
+        patched = await run.ctx.kube.patch(
             HYBRID_MACHINES, run.name, {"spec": {"providerID": provider_id}}, run.namespace
         )
+        if patched is not None:
+            run.ctx.cache.written(HYBRID_MACHINES, patched)
     if allocations is not None:
         flat = [a for group in allocations.values() for a in group]
         recorder.fields["addresses"] = summaries.machine_addresses(

@@ -7,6 +7,7 @@ from typing import Any
 
 from capfleet_e2e.baremetal.fakeramdisk import fake_systems
 from capfleet_e2e.bench.fleet import (
+    NetboxFigures,
     OperatorFigures,
     SideResult,
     format_results,
@@ -81,6 +82,28 @@ def test_the_table_shows_times_with_their_ratio_and_per_machine_costs() -> None:
     assert table[15].split() == ["capi-machine-glue", "5.00", "2.00", "4.0"]  # per machine of N + 1
     assert table[16].split() == ["all", "operators", "2.00"]
     assert table[18] == "  capi-machine-glue: delete baremetalinstances 1.00"
+
+
+def test_netbox_gets_a_line_per_phase_with_its_requests_per_machine_and_cpu() -> None:
+    before = NetboxFigures(40, 10.0, 2.0)
+    fleet = SideResult(
+        "capfleet",
+        100,
+        60.0,
+        30.0,
+        {"netbox-device": OperatorFigures(900, 750, 5.0, 80.0)},
+        idle_writes_per_minute=0,
+        deletion={"netbox-device": OperatorFigures(404, 303, 3.0, 80.0)},
+        netbox=NetboxFigures(940, 130.5, 22.0).since(before),
+        netbox_deleting=NetboxFigures(303, 20.25, 4.0),
+    )
+    lines = format_results(SideResult("floor", 100, 40.0, 20.0), fleet).splitlines()
+    netbox_lines = [line for line in lines if line.startswith("NetBox:")]
+    assert netbox_lines == [
+        "NetBox: 9.00 requests/machine; CPU s 120.5 in its server, 20.0 in its PostgreSQL",
+        "NetBox: 3.00 requests/machine; CPU s 20.2 in its server, 4.0 in its PostgreSQL",  # of N + 1
+    ]
+    assert lines.index(netbox_lines[0]) == lines.index("idle writes per minute once converged: 0") - 1
 
 
 def test_fake_servers_have_distinct_names_uuids_and_macs() -> None:

@@ -7,6 +7,9 @@ so they are checked on hand-made input in the unit suite, without a cluster.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +21,13 @@ from capfleet_e2e.bench.measure import (
     format_table,
     parse_cpu_seconds,
     parse_memory,
+    parse_tree_stat,
     ratios,
     read_proc,
+    read_tree_cpu,
     report,
     requests_of,
+    tree_cpu,
 )
 from capfleet_e2e.bench.reference import reference_argv, reference_crds
 
@@ -38,6 +44,32 @@ def test_cpu_seconds_are_counted_after_the_last_parenthesis_of_the_command_name(
     fields = ["S", *["0"] * 10, "250", "50", *["0"] * 30]  # fields 3.. ; utime=250, stime=50 ticks
     stat = "4242 (weird) name)) " + " ".join(fields)
     assert parse_cpu_seconds(stat, 100) == pytest.approx(3.0)
+
+
+def test_a_trees_cpu_counts_live_descendants_and_what_each_reaped_once() -> None:
+    fields = ["S", "77", *["0"] * 9, "100", "50", "30", "20", *["0"] * 30]  # ppid 77; 100+50+30+20 ticks
+    parent, cpu = parse_tree_stat("9 (gunicorn: worker) " + " ".join(fields), 100)
+    assert parent == 77
+    assert cpu == pytest.approx(2.0)
+    stats = {1: (0, 5.0), 10: (1, 1.0), 11: (10, 2.0), 12: (10, 4.0), 20: (1, 8.0), 30: (99, 16.0)}
+    assert tree_cpu(stats, 10) == 7.0  # 10, 11 and 12; not its parent, its sibling or a stranger
+    assert tree_cpu(stats, 1) == 20.0
+    assert tree_cpu(stats, 42) == 0.0  # gone
+
+
+BURN = "import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end: pass\ninput()"
+
+
+def test_read_tree_cpu_of_this_process_includes_a_busy_child() -> None:
+    child = subprocess.Popen([sys.executable, "-c", BURN], stdin=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while read_tree_cpu(child.pid) < 0.5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        mine = read_proc(os.getpid()).cpu_seconds
+        assert read_tree_cpu(os.getpid()) >= mine + 0.5
+    finally:
+        child.communicate(b"\n", timeout=30)
 
 
 def test_peak_rss_is_vmhwm_and_rss_vmrss_in_bytes() -> None:

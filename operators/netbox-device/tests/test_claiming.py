@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from capfleet.api.netbox import DeviceClaim, NetboxDeviceSelector
@@ -28,9 +28,9 @@ class FakeDevices:
     async def check(self) -> None:
         return None
 
-    async def owned(self, owner: str) -> list[dict[str, Any]]:
+    async def owned(self, owners: Sequence[str]) -> list[dict[str, Any]]:
         return [
-            copy.deepcopy(r) for r in self.records.values() if r["custom_fields"].get(OWNER_FIELD) == owner
+            copy.deepcopy(r) for r in self.records.values() if r["custom_fields"].get(OWNER_FIELD) in owners
         ]
 
     async def candidates(self, params: Mapping[str, Any]) -> list[dict[str, Any]]:

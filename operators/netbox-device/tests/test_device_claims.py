@@ -25,12 +25,29 @@ from netbox_device_helpers import (
     without_times,
 )
 
+from capfleet import netbox as netbox_api
 from capfleet.kube import Kube
 from capfleet_e2e.fixtures import RunOperator
 from capfleet_e2e.netbox.fixtures import NetboxInstance
 from capfleet_e2e.waiting import eventually
+from netbox_device import claiming
+from netbox_device.backends.devices import PynetboxDevices
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.mark.parametrize("netbox", ["4.4.10", "4.6.8"], indirect=True)
+async def test_one_lookup_finds_what_each_of_several_owners_holds(netbox: NetboxInstance) -> None:
+    seed_inventory(netbox, 4)
+    devices = {d["name"]: d["id"] for d in netbox.client.list_all("dcim/devices/")}
+    for name, owner in (("n00", "mgmt-a/ns/m0"), ("n01", "capfleet/ns/m0"), ("n02", "mgmt-a/ns/m1")):
+        netbox.client.update("dcim/devices/", devices[name], {"custom_fields": {"capfleet_owner": owner}})
+    api = netbox_api.open_api(netbox_api.Connection(url=netbox.url, token=netbox.token, ca_bundle=None))
+    netbox.faults.reset_log()
+    found = await claiming.held_by(PynetboxDevices(api), ["capfleet/ns/m0", "mgmt-a/ns/m0", "mgmt-b/ns/m0"])
+    names = {owner: device["name"] if device else None for owner, device in found.items()}
+    assert names == {"capfleet/ns/m0": "n01", "mgmt-a/ns/m0": "n00", "mgmt-b/ns/m0": None}
+    assert netbox.faults.count("GET", "/api/dcim/devices/") == 1
 
 
 @pytest.mark.parametrize("netbox", ["4.4.10", "4.6.8"], indirect=True)

@@ -7,7 +7,7 @@ recorder writes from what NetBox holds.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 import pytest
@@ -44,9 +44,9 @@ class OneDevice:
     async def check(self) -> None:
         return None
 
-    async def owned(self, owner: str) -> list[dict[str, Any]]:
+    async def owned(self, owners: Sequence[str]) -> list[dict[str, Any]]:
         self.owner_lookups += 1
-        held = self.device["custom_fields"].get(OWNER_FIELD) == owner
+        held = self.device["custom_fields"].get(OWNER_FIELD) in owners
         return [copy.deepcopy(self.device)] if held else []
 
     async def candidates(self, params: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -203,6 +203,8 @@ async def test_without_a_configured_name_claims_are_under_one_derived_from_the_c
     await device_claims.serve(ctx, claim())
     assert kube.annotations == [{OWNER_INSTANCE: "capfleet-0c4b2f6e93a1"}]
     assert netbox.device["custom_fields"][OWNER_FIELD] == "capfleet-0c4b2f6e93a1/ns/m0"
+    # The old default's owner and the derived one, asked at once (each a listing NetBox filters in full).
+    assert netbox.owner_lookups == 1
     # Recorded on the object: a restart (or a move to a cluster with another name) finds the device again.
     recorded = claim({OWNER_INSTANCE: "capfleet-0c4b2f6e93a1"})
     other_ctx, other_kube = context(netbox, instance="mgmt-b")
@@ -218,6 +220,7 @@ async def test_a_device_claimed_before_names_were_recorded_stays_held_under_the_
     await device_claims.serve(ctx, claim())
     assert kube.annotations == [{OWNER_INSTANCE: "capfleet"}]
     assert kube.statuses[0]["deviceID"] == 7
+    assert netbox.owner_lookups == 1
 
 
 async def test_no_free_device_is_ready_false_and_retried_at_the_poll_interval() -> None:

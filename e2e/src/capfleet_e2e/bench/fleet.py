@@ -16,7 +16,9 @@ infrastructureProvisioned`), then delete the cluster and time it until every Mac
 Per operator it reads, from the API server's audit log, its requests and writes per machine, and from
 /proc its CPU seconds and peak RSS; then, with everything provisioned, the writes of a quiet minute (idle
 writes, which must be 0) and the resident memory after it; and the same figures while the Cluster is
-deleted. The VM half of a hybrid fleet is not in this bench yet.
+deleted. Beside them, NetBox's share: the requests the fleet sent it and the CPU seconds of its server and
+its PostgreSQL (on a small machine, what bounds the claims). The VM half of a hybrid fleet is not in this
+bench yet.
 """
 
 from __future__ import annotations
@@ -40,12 +42,13 @@ from capfleet.kube import Kube
 from capfleet_e2e.baremetal.fakeramdisk import FakeRamdisk, boot_env, fake_systems
 from capfleet_e2e.baremetal.redfish import RedfishEmulator
 from capfleet_e2e.bench.floor import Capd, floor_cluster
-from capfleet_e2e.bench.measure import ProcSample, read_proc, requests_of
+from capfleet_e2e.bench.measure import ProcSample, read_proc, read_tree_cpu, requests_of
 from capfleet_e2e.capi import CapiManagers
 from capfleet_e2e.controlplane import ControlPlane
 from capfleet_e2e.kubebin import artifacts_dir, repo_root
-from capfleet_e2e.netbox.fixtures import RealNetboxes, instance_behind
+from capfleet_e2e.netbox.fixtures import NetboxInstance, RealNetboxes, instance_behind
 from capfleet_e2e.netbox.proxy import NetboxProxy
+from capfleet_e2e.netbox.real import RealNetbox
 from capfleet_e2e.netbox.releases import DEFAULT_RELEASE
 from capfleet_e2e.operators import OperatorProcess
 from capfleet_e2e.processes import free_port
@@ -90,6 +93,23 @@ class OperatorFigures:
 
 
 @dataclass
+class NetboxFigures:
+    """NetBox's cost over a phase: the requests the fleet sent it (counted by the lab's proxy in front of
+    it), and the CPU seconds of its server (gunicorn and its workers) and of its PostgreSQL."""
+
+    requests: int = 0
+    server_cpu_seconds: float = 0.0
+    database_cpu_seconds: float = 0.0
+
+    def since(self, before: NetboxFigures) -> NetboxFigures:
+        return NetboxFigures(
+            self.requests - before.requests,
+            self.server_cpu_seconds - before.server_cpu_seconds,
+            self.database_cpu_seconds - before.database_cpu_seconds,
+        )
+
+
+@dataclass
 class SideResult:
     """One side's figures for N machines."""
 
@@ -101,6 +121,8 @@ class SideResult:
     idle_writes_per_minute: int | None = None
     # The same figures while the Cluster is deleted (N workers and the control plane).
     deletion: dict[str, OperatorFigures] = field(default_factory=dict)
+    netbox: NetboxFigures | None = None
+    netbox_deleting: NetboxFigures | None = None
 
 
 def writes_of(events: Iterable[Obj], username: str) -> int:
@@ -136,6 +158,7 @@ def format_results(floor: SideResult, fleet: SideResult) -> str:
         lines.append(f"{label:<34}{a:>30.1f}{b:>14.1f}{ratio:>8}")
     lines.append("")
     lines += _per_operator("capfleet operator", fleet.operators, n, peak_rss=True)
+    lines += _netbox_line(fleet.netbox, n)
     lines.append(f"idle writes per minute once converged: {fleet.idle_writes_per_minute}")
     lines.append("")
     lines.append("writes per machine, by request:")
@@ -143,6 +166,7 @@ def format_results(floor: SideResult, fleet: SideResult) -> str:
     if fleet.deletion:
         lines.append("")
         lines += _per_operator("deleting (N + 1 machines)", fleet.deletion, n + 1, peak_rss=False)
+        lines += _netbox_line(fleet.netbox_deleting, n + 1)
         lines.append("writes per machine while deleting, by request:")
         lines += _spent(fleet.deletion, n + 1)
     return "\n".join(lines)
@@ -164,6 +188,15 @@ def _per_operator(
     total_writes = sum(f.writes for f in operators.values())
     lines.append(f"{'all operators':<24}{'':>18}{total_writes / machines:>16.2f}")
     return lines
+
+
+def _netbox_line(figures: NetboxFigures | None, machines: int) -> list[str]:
+    if figures is None:
+        return []
+    return [
+        f"NetBox: {figures.requests / machines:.2f} requests/machine; CPU s {figures.server_cpu_seconds:.1f} "
+        f"in its server, {figures.database_cpu_seconds:.1f} in its PostgreSQL"
+    ]
 
 
 def _spent(operators: Mapping[str, OperatorFigures], machines: int) -> list[str]:
@@ -356,6 +389,16 @@ def samples(processes: Mapping[str, OperatorProcess]) -> dict[str, ProcSample]:
     return {op: read_proc(p.component.pid) for op, p in processes.items() if p.component}
 
 
+def netbox_sample(real: RealNetbox, netbox: NetboxInstance) -> NetboxFigures:
+    """NetBox's requests and CPU seconds so far (the difference of two is a phase's)."""
+    server, database = real.server, real.postgres.component
+    return NetboxFigures(
+        netbox.faults.count(),
+        read_tree_cpu(server.pid) if server else 0.0,
+        read_tree_cpu(database.pid) if database else 0.0,
+    )
+
+
 async def run_fleet(cp: ControlPlane, kube: Kube, n: int, within: float, workdir: Path) -> SideResult:
     namespace = "bench-fleet"
     cp.kubectl("create", "namespace", namespace)
@@ -399,6 +442,7 @@ async def run_fleet(cp: ControlPlane, kube: Kube, n: int, within: float, workdir
 
         _, offset = cp.audit_events()
         before = samples(processes)
+        netbox_before = netbox_sample(real, netbox)
         try:
             provisioned = await scale_and_time(kube, namespace, f"{CLUSTER}-md-0", n, within)
         except AssertionError as exc:
@@ -409,6 +453,7 @@ async def run_fleet(cp: ControlPlane, kube: Kube, n: int, within: float, workdir
             ) from exc
         events, offset = cp.audit_events(offset)
         figures = operator_figures(events, before, samples(processes))
+        netbox_figures = netbox_sample(real, netbox).since(netbox_before)
 
         users = [service_account_user(op) for op in processes]
         offset = await settled(cp, users, offset, within)
@@ -418,10 +463,14 @@ async def run_fleet(cp: ControlPlane, kube: Kube, n: int, within: float, workdir
         before = samples(processes)
         for op, sample in before.items():
             figures[op].idle_rss_mib = sample.rss_bytes / 2**20
+        netbox_before = netbox_sample(real, netbox)
         deleted = await delete_and_time(kube, namespace, CLUSTER, within)
         deleting_events, _ = cp.audit_events(offset)
         deletion = operator_figures(deleting_events, before, samples(processes))
-    return SideResult("capfleet", n, provisioned, deleted, figures, idle, deletion)
+        netbox_deleting = netbox_sample(real, netbox).since(netbox_before)
+    return SideResult(
+        "capfleet", n, provisioned, deleted, figures, idle, deletion, netbox_figures, netbox_deleting
+    )
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:

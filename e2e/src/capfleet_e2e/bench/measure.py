@@ -11,6 +11,7 @@ import os
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 Obj = Mapping[str, Any]
@@ -44,6 +45,41 @@ def parse_cpu_seconds(stat: str, ticks_per_second: int) -> float:
     """
     rest = stat[stat.rindex(")") + 2 :].split()  # rest[0] is field 3 (state)
     return (int(rest[11]) + int(rest[12])) / ticks_per_second
+
+
+def parse_tree_stat(stat: str, ticks_per_second: int) -> tuple[int, float]:
+    """The parent pid and the CPU seconds (utime + stime, and cutime + cstime: what it has reaped of its
+    children) from the text of /proc/<pid>/stat."""
+    rest = stat[stat.rindex(")") + 2 :].split()
+    return int(rest[1]), sum(int(tick) for tick in rest[11:15]) / ticks_per_second
+
+
+def tree_cpu(stats: Mapping[int, tuple[int, float]], root: int) -> float:
+    """CPU seconds of `root` and its live descendants, given each live pid's (parent, CPU seconds): a
+    server's workers and the connections its database forked. A child that exited is in its parent's
+    reaped figure, once."""
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in stats.items():
+        children.setdefault(parent, []).append(pid)
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        if pid in stats:
+            total += stats[pid][1]
+            todo += children.get(pid, [])
+    return total
+
+
+def read_tree_cpu(root: int) -> float:
+    """`tree_cpu` of `root` from /proc now."""
+    ticks, stats = os.sysconf("SC_CLK_TCK"), {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stats[int(entry)] = parse_tree_stat(Path(f"/proc/{entry}/stat").read_text(), ticks)
+            except (OSError, ValueError):
+                continue  # gone meanwhile
+    return tree_cpu(stats, root)
 
 
 def parse_memory(status: str, key: str = "VmHWM") -> int:

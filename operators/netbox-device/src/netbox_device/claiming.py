@@ -18,7 +18,7 @@ import asyncio
 import json
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,10 +47,19 @@ def owner_field(device: Mapping[str, Any]) -> Any:
 
 async def held(devices: Devices, owner: str) -> Record | None:
     """The device this owner holds; if a race between replicas left it two, the extra ones go back."""
-    owned = await devices.owned(owner)
-    for extra in owned[1:]:
-        await release_device(devices, extra, owner, "held twice after a race; keeping the lower id")
-    return owned[0] if owned else None
+    return (await held_by(devices, [owner]))[owner]
+
+
+async def held_by(devices: Devices, owners: Sequence[str]) -> dict[str, Record | None]:
+    """The device each of `owners` holds (None: none), asked of NetBox at once; extras go back as in
+    `held`."""
+    found: dict[str, list[Record]] = {owner: [] for owner in owners}
+    for device in await devices.owned(owners):
+        found[owner_field(device)].append(device)
+    for owner, owned in found.items():
+        for extra in owned[1:]:
+            await release_device(devices, extra, owner, "held twice after a race; keeping the lower id")
+    return {owner: owned[0] if owned else None for owner, owned in found.items()}
 
 
 ATTEMPTS = 5
@@ -181,7 +190,7 @@ async def release_device(devices: Devices, device: Mapping[str, Any], owner: str
 
 async def release(devices: Devices, owner: str) -> int:
     """Give back every device this owner holds, as it was before the claim; returns how many."""
-    owned = await devices.owned(owner)
+    owned = await devices.owned([owner])
     for device in owned:
         await release_device(devices, device, owner, "the NetboxDevice was deleted")
     return len(owned)

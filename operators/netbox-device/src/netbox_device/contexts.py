@@ -49,6 +49,15 @@ class Context(reconciling.Context):
         instance = selection.recorded_instance(obj.metadata) or configured or selection.LEGACY_INSTANCE
         return selection.owner_of(instance, obj.metadata)
 
+    async def possible_owners(self, obj: NetboxDevice | NetboxVirtualMachine) -> list[str]:
+        """The owner values `obj` may hold something under: the one recorded on it, else (nothing claimed
+        with it yet, or claimed before names were recorded) the one it would have claimed under then and
+        this management cluster's, so one lookup in NetBox answers `settled_owner` and the claim after it."""
+        owners = [self.owner(obj)]
+        if not selection.recorded_instance(obj.metadata):
+            owners.append(selection.owner_of(await self.instance(), obj.metadata))
+        return list(dict.fromkeys(owners))
+
     async def settled_owner(
         self,
         resource: Resource,

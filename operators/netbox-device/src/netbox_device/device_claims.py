@@ -55,14 +55,15 @@ def claimed(device: Record, interfaces: list[Record]) -> tuple[dict[str, Any], U
 async def hold_or_claim(ctx: Context, claim: NetboxDevice) -> tuple[dict[str, Any], Update]:
     """The device this object holds, claiming one first when it holds none; raises to retry."""
     devices = await ctx.devices(claim)
-    looked_up: dict[str, Record | None] = {}
+    looked_up = await claiming.held_by(devices, await ctx.possible_owners(claim))
 
     async def holds(owner: str) -> Record | None:
-        looked_up[owner] = await claiming.held(devices, owner)
+        if owner not in looked_up:
+            looked_up[owner] = await claiming.held(devices, owner)
         return looked_up[owner]
 
     owner = await ctx.settled_owner(RESOURCE, claim, holds)
-    device = looked_up[owner] if owner in looked_up else await claiming.held(devices, owner)
+    device = await holds(owner)
     if device is None:
         spec = claim.spec
         claimant = claiming.Claimant(owner, spec.selector, spec.claim, ctx.settings.settle_seconds)

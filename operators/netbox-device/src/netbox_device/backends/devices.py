@@ -6,7 +6,7 @@ layer are pure functions over NetBox's own JSON and are tested without a NetBox.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from capfleet import errors, netbox, netboxschema
@@ -27,8 +27,9 @@ class Devices(Protocol):
     async def check(self) -> None:
         """Raise unless the token works and the owner and previous-state custom fields apply to devices."""
 
-    async def owned(self, owner: str) -> list[Record]:
-        """Devices whose owner field is exactly `owner`, lowest id first."""
+    async def owned(self, owners: Sequence[str]) -> list[Record]:
+        """Devices whose owner field is exactly one of `owners` (one request however many), lowest id
+        first."""
 
     async def candidates(self, params: Mapping[str, Any]) -> list[Record]:
         """Up to CANDIDATES of the devices matching NetBox filter `params`, lowest id first, at least their
@@ -78,12 +79,13 @@ class PynetboxDevices:
             if problem:
                 raise errors.BackendRejected(problem, reason="CustomFieldMissing")
 
-    async def owned(self, owner: str) -> list[Record]:
-        params = {f"cf_{OWNER_FIELD}": owner}
+    async def owned(self, owners: Sequence[str]) -> list[Record]:
+        # NetBox ORs the repeated values of a text custom field's filter.
+        params = {f"cf_{OWNER_FIELD}": list(owners)}
         found = await netbox.call(
             "find-devices", lambda: [dict(d) for d in self._api.dcim.devices.filter(**params)]
         )
-        owned = [d for d in found if (d.get("custom_fields") or {}).get(OWNER_FIELD) == owner]
+        owned = [d for d in found if (d.get("custom_fields") or {}).get(OWNER_FIELD) in owners]
         return sorted(owned, key=lambda d: int(d["id"]))
 
     async def candidates(self, params: Mapping[str, Any]) -> list[Record]:

@@ -3,11 +3,11 @@ requests are writes, and the side-by-side table (ratios to CAPI's floor, per-mac
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from capfleet_e2e.baremetal.fakeramdisk import fake_systems
 from capfleet_e2e.bench.fleet import (
-    NetboxFigures,
     OperatorFigures,
     SideResult,
     format_results,
@@ -84,8 +84,7 @@ def test_the_table_shows_times_with_their_ratio_and_per_machine_costs() -> None:
     assert table[18] == "  capi-machine-glue: delete baremetalinstances 1.00"
 
 
-def test_netbox_gets_a_line_per_phase_with_its_requests_per_machine_and_cpu() -> None:
-    before = NetboxFigures(40, 10.0, 2.0)
+def test_netbox_requests_and_the_labs_cpu_by_process_get_lines_per_phase() -> None:
     fleet = SideResult(
         "capfleet",
         100,
@@ -94,16 +93,21 @@ def test_netbox_gets_a_line_per_phase_with_its_requests_per_machine_and_cpu() ->
         {"netbox-device": OperatorFigures(900, 750, 5.0, 80.0)},
         idle_writes_per_minute=0,
         deletion={"netbox-device": OperatorFigures(404, 303, 3.0, 80.0)},
-        netbox=NetboxFigures(940, 130.5, 22.0).since(before),
-        netbox_deleting=NetboxFigures(303, 20.25, 4.0),
+        netbox_requests=900,
+        netbox_requests_deleting=303,
+        cpu={"kube-apiserver": 50.25, "NetBox": 40.0, "Redis": 0.01},
+        cpu_deleting={"kube-apiserver": 20.0},
     )
     lines = format_results(SideResult("floor", 100, 40.0, 20.0), fleet).splitlines()
-    netbox_lines = [line for line in lines if line.startswith("NetBox:")]
-    assert netbox_lines == [
-        "NetBox: 9.00 requests/machine; CPU s 120.5 in its server, 20.0 in its PostgreSQL",
-        "NetBox: 3.00 requests/machine; CPU s 20.2 in its server, 4.0 in its PostgreSQL",  # of N + 1
+    cores = os.cpu_count() or 1
+    assert [line for line in lines if line.startswith(("NetBox:", "CPU s by process"))] == [
+        "NetBox: 9.00 requests/machine",
+        f"CPU s by process (of {cores} cores x 60.0 s = {cores * 60}): kube-apiserver 50.2, NetBox 40.0",
+        "NetBox: 3.00 requests/machine",  # of N + 1
+        f"CPU s by process (of {cores} cores x 30.0 s = {cores * 30}): kube-apiserver 20.0",
     ]
-    assert lines.index(netbox_lines[0]) == lines.index("idle writes per minute once converged: 0") - 1
+    idle = lines.index("idle writes per minute once converged: 0")
+    assert lines.index("NetBox: 9.00 requests/machine") == idle - 2
 
 
 def test_fake_servers_have_distinct_names_uuids_and_macs() -> None:

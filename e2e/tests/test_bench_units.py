@@ -18,16 +18,18 @@ import pytest
 from capfleet_e2e.bench.measure import (
     ScenarioResult,
     check_allocations,
+    cpu_by_label,
+    cpu_since,
     format_table,
     parse_cpu_seconds,
     parse_memory,
     parse_tree_stat,
+    process_label,
     ratios,
+    read_cpu_by_label,
     read_proc,
-    read_tree_cpu,
     report,
     requests_of,
-    tree_cpu,
 )
 from capfleet_e2e.bench.reference import reference_argv, reference_crds
 
@@ -46,28 +48,55 @@ def test_cpu_seconds_are_counted_after_the_last_parenthesis_of_the_command_name(
     assert parse_cpu_seconds(stat, 100) == pytest.approx(3.0)
 
 
-def test_a_trees_cpu_counts_live_descendants_and_what_each_reaped_once() -> None:
+def test_a_trees_cpu_counts_live_descendants_and_what_each_reaped_once_by_label() -> None:
     fields = ["S", "77", *["0"] * 9, "100", "50", "30", "20", *["0"] * 30]  # ppid 77; 100+50+30+20 ticks
     parent, cpu = parse_tree_stat("9 (gunicorn: worker) " + " ".join(fields), 100)
     assert parent == 77
     assert cpu == pytest.approx(2.0)
-    stats = {1: (0, 5.0), 10: (1, 1.0), 11: (10, 2.0), 12: (10, 4.0), 20: (1, 8.0), 30: (99, 16.0)}
-    assert tree_cpu(stats, 10) == 7.0  # 10, 11 and 12; not its parent, its sibling or a stranger
-    assert tree_cpu(stats, 1) == 20.0
-    assert tree_cpu(stats, 42) == 0.0  # gone
+    processes = {
+        1: (0, 5.0, "bench"),
+        10: (1, 1.0, "NetBox"),
+        11: (10, 2.0, "NetBox"),
+        12: (10, 4.0, "PostgreSQL"),
+        20: (1, 8.0, "etcd"),
+        30: (99, 16.0, "stranger"),
+    }
+    assert cpu_by_label(processes, 10) == {"NetBox": 3.0, "PostgreSQL": 4.0}
+    assert cpu_by_label(processes, 1) == {"bench": 5.0, "NetBox": 3.0, "PostgreSQL": 4.0, "etcd": 8.0}
+    assert cpu_by_label(processes, 42) == {}  # gone
+    later = {"bench": 6.0, "NetBox": 13.0, "PostgreSQL": 4.5, "etcd": 8.0, "sushy-emulator": 2.0}
+    assert list(cpu_since(later, cpu_by_label(processes, 1)).items()) == [
+        ("NetBox", 10.0), ("sushy-emulator", 2.0), ("bench", 1.0), ("PostgreSQL", 0.5), ("etcd", 0.0)
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("argv", "label"),
+    [
+        (["/root/.cache/capfleet/kube/v1.33.13/bin/kube-apiserver", "--etcd-servers=x"], "kube-apiserver"),
+        (["/venv/bin/python", "-S", "-m", "gunicorn", "--chdir", "x"], "NetBox"),
+        (["/venv/bin/python", "-m", "capi_machine_glue", "--standalone"], "capi-machine-glue"),
+        (["/venv/bin/python3", "/venv/bin/sushy-emulator", "--config", "c"], "sushy-emulator"),
+        (["postgres: netbox netbox 127.0.0.1(45150) idle"], "PostgreSQL"),
+        (["/usr/lib/postgresql/15/bin/postgres", "-D", "x"], "PostgreSQL"),
+        ([""], "?"),
+    ],
+)
+def test_processes_are_labelled_by_program_module_or_script(argv: list[str], label: str) -> None:
+    assert process_label(argv) == label
 
 
 BURN = "import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end: pass\ninput()"
 
 
-def test_read_tree_cpu_of_this_process_includes_a_busy_child() -> None:
+def test_this_process_tree_counts_a_busy_child_under_its_label() -> None:
     child = subprocess.Popen([sys.executable, "-c", BURN], stdin=subprocess.PIPE)
     try:
+        label = process_label([sys.executable, "-c", BURN])
         deadline = time.monotonic() + 30
-        while read_tree_cpu(child.pid) < 0.5 and time.monotonic() < deadline:
+        while read_cpu_by_label(child.pid).get(label, 0.0) < 0.5 and time.monotonic() < deadline:
             time.sleep(0.05)
-        mine = read_proc(os.getpid()).cpu_seconds
-        assert read_tree_cpu(os.getpid()) >= mine + 0.5
+        assert sum(read_cpu_by_label(os.getpid()).values()) >= read_proc(os.getpid()).cpu_seconds + 0.5
     finally:
         child.communicate(b"\n", timeout=30)
 

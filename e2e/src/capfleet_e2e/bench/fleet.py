@@ -16,9 +16,10 @@ infrastructureProvisioned`), then delete the cluster and time it until every Mac
 Per operator it reads, from the API server's audit log, its requests and writes per machine, and from
 /proc its CPU seconds and peak RSS; then, with everything provisioned, the writes of a quiet minute (idle
 writes, which must be 0) and the resident memory after it; and the same figures while the Cluster is
-deleted. Beside them, NetBox's share: the requests the fleet sent it and the CPU seconds of its server and
-its PostgreSQL (on a small machine, what bounds the claims). The VM half of a hybrid fleet is not in this
-bench yet.
+deleted. Beside them, the requests the fleet sent NetBox, and the CPU seconds of every process of the lab
+by what it is (API server, etcd, Cluster API's managers, NetBox, PostgreSQL, the BMC emulator, each
+operator, the bench itself): on a small machine they share the cores, and this says who spent them. The
+VM half of a hybrid fleet is not in this bench yet.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -42,13 +44,12 @@ from capfleet.kube import Kube
 from capfleet_e2e.baremetal.fakeramdisk import FakeRamdisk, boot_env, fake_systems
 from capfleet_e2e.baremetal.redfish import RedfishEmulator
 from capfleet_e2e.bench.floor import Capd, floor_cluster
-from capfleet_e2e.bench.measure import ProcSample, read_proc, read_tree_cpu, requests_of
+from capfleet_e2e.bench.measure import ProcSample, cpu_since, read_cpu_by_label, read_proc, requests_of
 from capfleet_e2e.capi import CapiManagers
 from capfleet_e2e.controlplane import ControlPlane
 from capfleet_e2e.kubebin import artifacts_dir, repo_root
-from capfleet_e2e.netbox.fixtures import NetboxInstance, RealNetboxes, instance_behind
+from capfleet_e2e.netbox.fixtures import RealNetboxes, instance_behind
 from capfleet_e2e.netbox.proxy import NetboxProxy
-from capfleet_e2e.netbox.real import RealNetbox
 from capfleet_e2e.netbox.releases import DEFAULT_RELEASE
 from capfleet_e2e.operators import OperatorProcess
 from capfleet_e2e.processes import free_port
@@ -93,23 +94,6 @@ class OperatorFigures:
 
 
 @dataclass
-class NetboxFigures:
-    """NetBox's cost over a phase: the requests the fleet sent it (counted by the lab's proxy in front of
-    it), and the CPU seconds of its server (gunicorn and its workers) and of its PostgreSQL."""
-
-    requests: int = 0
-    server_cpu_seconds: float = 0.0
-    database_cpu_seconds: float = 0.0
-
-    def since(self, before: NetboxFigures) -> NetboxFigures:
-        return NetboxFigures(
-            self.requests - before.requests,
-            self.server_cpu_seconds - before.server_cpu_seconds,
-            self.database_cpu_seconds - before.database_cpu_seconds,
-        )
-
-
-@dataclass
 class SideResult:
     """One side's figures for N machines."""
 
@@ -121,8 +105,12 @@ class SideResult:
     idle_writes_per_minute: int | None = None
     # The same figures while the Cluster is deleted (N workers and the control plane).
     deletion: dict[str, OperatorFigures] = field(default_factory=dict)
-    netbox: NetboxFigures | None = None
-    netbox_deleting: NetboxFigures | None = None
+    # The requests the fleet sent NetBox (counted by the lab's proxy in front of it), and the CPU seconds
+    # of every process of the lab by what it is (the API server, NetBox, …), over each phase.
+    netbox_requests: int | None = None
+    netbox_requests_deleting: int | None = None
+    cpu: dict[str, float] = field(default_factory=dict)
+    cpu_deleting: dict[str, float] = field(default_factory=dict)
 
 
 def writes_of(events: Iterable[Obj], username: str) -> int:
@@ -158,7 +146,7 @@ def format_results(floor: SideResult, fleet: SideResult) -> str:
         lines.append(f"{label:<34}{a:>30.1f}{b:>14.1f}{ratio:>8}")
     lines.append("")
     lines += _per_operator("capfleet operator", fleet.operators, n, peak_rss=True)
-    lines += _netbox_line(fleet.netbox, n)
+    lines += _lab_lines(fleet.netbox_requests, fleet.cpu, n, fleet.seconds_to_provisioned)
     lines.append(f"idle writes per minute once converged: {fleet.idle_writes_per_minute}")
     lines.append("")
     lines.append("writes per machine, by request:")
@@ -166,7 +154,9 @@ def format_results(floor: SideResult, fleet: SideResult) -> str:
     if fleet.deletion:
         lines.append("")
         lines += _per_operator("deleting (N + 1 machines)", fleet.deletion, n + 1, peak_rss=False)
-        lines += _netbox_line(fleet.netbox_deleting, n + 1)
+        lines += _lab_lines(
+            fleet.netbox_requests_deleting, fleet.cpu_deleting, n + 1, fleet.seconds_to_deleted
+        )
         lines.append("writes per machine while deleting, by request:")
         lines += _spent(fleet.deletion, n + 1)
     return "\n".join(lines)
@@ -190,13 +180,19 @@ def _per_operator(
     return lines
 
 
-def _netbox_line(figures: NetboxFigures | None, machines: int) -> list[str]:
-    if figures is None:
-        return []
-    return [
-        f"NetBox: {figures.requests / machines:.2f} requests/machine; CPU s {figures.server_cpu_seconds:.1f} "
-        f"in its server, {figures.database_cpu_seconds:.1f} in its PostgreSQL"
-    ]
+def _lab_lines(
+    netbox_requests: int | None, cpu: Mapping[str, float], machines: int, seconds: float
+) -> list[str]:
+    """NetBox's requests per machine, and the CPU seconds the lab's processes spent over a phase."""
+    lines = []
+    if netbox_requests is not None:
+        lines.append(f"NetBox: {netbox_requests / machines:.2f} requests/machine")
+    if cpu:
+        cores = os.cpu_count() or 1
+        spent = ", ".join(f"{label} {used:.1f}" for label, used in cpu.items() if used >= 0.05)
+        available = f"{cores} cores x {seconds:.1f} s = {cores * seconds:.0f}"
+        lines.append(f"CPU s by process (of {available}): {spent}")
+    return lines
 
 
 def _spent(operators: Mapping[str, OperatorFigures], machines: int) -> list[str]:
@@ -389,16 +385,6 @@ def samples(processes: Mapping[str, OperatorProcess]) -> dict[str, ProcSample]:
     return {op: read_proc(p.component.pid) for op, p in processes.items() if p.component}
 
 
-def netbox_sample(real: RealNetbox, netbox: NetboxInstance) -> NetboxFigures:
-    """NetBox's requests and CPU seconds so far (the difference of two is a phase's)."""
-    server, database = real.server, real.postgres.component
-    return NetboxFigures(
-        netbox.faults.count(),
-        read_tree_cpu(server.pid) if server else 0.0,
-        read_tree_cpu(database.pid) if database else 0.0,
-    )
-
-
 async def run_fleet(cp: ControlPlane, kube: Kube, n: int, within: float, workdir: Path) -> SideResult:
     namespace = "bench-fleet"
     cp.kubectl("create", "namespace", namespace)
@@ -442,7 +428,7 @@ async def run_fleet(cp: ControlPlane, kube: Kube, n: int, within: float, workdir
 
         _, offset = cp.audit_events()
         before = samples(processes)
-        netbox_before = netbox_sample(real, netbox)
+        netbox_before, cpu_before = netbox.faults.count(), read_cpu_by_label(os.getpid())
         try:
             provisioned = await scale_and_time(kube, namespace, f"{CLUSTER}-md-0", n, within)
         except AssertionError as exc:
@@ -453,7 +439,8 @@ async def run_fleet(cp: ControlPlane, kube: Kube, n: int, within: float, workdir
             ) from exc
         events, offset = cp.audit_events(offset)
         figures = operator_figures(events, before, samples(processes))
-        netbox_figures = netbox_sample(real, netbox).since(netbox_before)
+        netbox_requests = netbox.faults.count() - netbox_before
+        cpu = cpu_since(read_cpu_by_label(os.getpid()), cpu_before)
 
         users = [service_account_user(op) for op in processes]
         offset = await settled(cp, users, offset, within)
@@ -463,13 +450,24 @@ async def run_fleet(cp: ControlPlane, kube: Kube, n: int, within: float, workdir
         before = samples(processes)
         for op, sample in before.items():
             figures[op].idle_rss_mib = sample.rss_bytes / 2**20
-        netbox_before = netbox_sample(real, netbox)
+        netbox_before, cpu_before = netbox.faults.count(), read_cpu_by_label(os.getpid())
         deleted = await delete_and_time(kube, namespace, CLUSTER, within)
         deleting_events, _ = cp.audit_events(offset)
         deletion = operator_figures(deleting_events, before, samples(processes))
-        netbox_deleting = netbox_sample(real, netbox).since(netbox_before)
+        netbox_requests_deleting = netbox.faults.count() - netbox_before
+        cpu_deleting = cpu_since(read_cpu_by_label(os.getpid()), cpu_before)
     return SideResult(
-        "capfleet", n, provisioned, deleted, figures, idle, deletion, netbox_figures, netbox_deleting
+        "capfleet",
+        n,
+        provisioned,
+        deleted,
+        figures,
+        idle,
+        deletion,
+        netbox_requests,
+        netbox_requests_deleting,
+        cpu,
+        cpu_deleting,
     )
 
 

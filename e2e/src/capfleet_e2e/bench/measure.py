@@ -54,32 +54,66 @@ def parse_tree_stat(stat: str, ticks_per_second: int) -> tuple[int, float]:
     return int(rest[1]), sum(int(tick) for tick in rest[11:15]) / ticks_per_second
 
 
-def tree_cpu(stats: Mapping[int, tuple[int, float]], root: int) -> float:
-    """CPU seconds of `root` and its live descendants, given each live pid's (parent, CPU seconds): a
-    server's workers and the connections its database forked. A child that exited is in its parent's
-    reaped figure, once."""
+PROCESS_NAMES = {
+    "gunicorn": "NetBox",
+    "redis-server": "Redis",
+    "capfleet_e2e.bench.fleet": "bench (proxy, fake ramdisk, polls)",
+}
+
+
+def process_label(argv: Sequence[str]) -> str:
+    """Which part of the lab a process is, from its command line: the program, for Python the module
+    (`-m`) or script it runs, PostgreSQL whatever its processes call themselves ("postgres: netbox …")."""
+    if not argv or not argv[0]:
+        return "?"
+    if os.path.basename(argv[0]).startswith("postgres"):
+        return "PostgreSQL"
+    name = os.path.basename(argv[0])
+    if name.startswith("python"):
+        args = list(argv[1:])
+        if "-m" in args[:-1]:
+            name = args[args.index("-m") + 1]
+        else:
+            name = os.path.basename(next((a for a in args if not a.startswith("-")), name))
+    return PROCESS_NAMES.get(name, name.replace("_", "-"))
+
+
+def cpu_by_label(processes: Mapping[int, tuple[int, float, str]], root: int) -> dict[str, float]:
+    """CPU seconds of `root` and its live descendants, summed by label, given each live pid's (parent, CPU
+    seconds with what it reaped, label): a server's workers and the connections its database forked
+    under the server's. A child that exited is in its parent's reaped figure, once."""
     children: dict[int, list[int]] = {}
-    for pid, (parent, _) in stats.items():
+    for pid, (parent, _, _) in processes.items():
         children.setdefault(parent, []).append(pid)
-    total, todo = 0.0, [root]
+    totals: dict[str, float] = {}
+    todo = [root]
     while todo:
         pid = todo.pop()
-        if pid in stats:
-            total += stats[pid][1]
+        if pid in processes:
+            _, cpu, label = processes[pid]
+            totals[label] = totals.get(label, 0.0) + cpu
             todo += children.get(pid, [])
-    return total
+    return totals
 
 
-def read_tree_cpu(root: int) -> float:
-    """`tree_cpu` of `root` from /proc now."""
-    ticks, stats = os.sysconf("SC_CLK_TCK"), {}
+def read_cpu_by_label(root: int) -> dict[str, float]:
+    """`cpu_by_label` of `root`'s process tree, from /proc now."""
+    ticks, processes = os.sysconf("SC_CLK_TCK"), {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                stats[int(entry)] = parse_tree_stat(Path(f"/proc/{entry}/stat").read_text(), ticks)
+                parent, cpu = parse_tree_stat(Path(f"/proc/{entry}/stat").read_text(), ticks)
+                argv = Path(f"/proc/{entry}/cmdline").read_text().split("\0")
             except (OSError, ValueError):
                 continue  # gone meanwhile
-    return tree_cpu(stats, root)
+            processes[int(entry)] = (parent, cpu, process_label(argv))
+    return cpu_by_label(processes, root)
+
+
+def cpu_since(now: Mapping[str, float], before: Mapping[str, float]) -> dict[str, float]:
+    """Each label's CPU seconds between two readings, most first."""
+    spent = {label: cpu - before.get(label, 0.0) for label, cpu in now.items()}
+    return dict(sorted(spent.items(), key=lambda item: -item[1]))
 
 
 def parse_memory(status: str, key: str = "VmHWM") -> int:

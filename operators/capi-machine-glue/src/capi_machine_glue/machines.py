@@ -297,6 +297,9 @@ async def provision(run: MachineReconcile, facts: specs.MachineFacts, cluster: H
         )
         if patched is not None:
             run.ctx.cache.written(HYBRID_MACHINES, patched)
+            # The patch moved the generation on: this pass's conditions observe it, so the next pass has
+            # nothing to rewrite.
+            recorder.body = patched
     if allocations is not None:
         flat = [a for group in allocations.values() for a in group]
         recorder.fields["addresses"] = summaries.machine_addresses(

@@ -79,6 +79,7 @@ def test_a_trees_cpu_counts_live_descendants_and_what_each_reaped_once_by_label(
         (["/venv/bin/python3", "/venv/bin/sushy-emulator", "--config", "c"], "sushy-emulator"),
         (["postgres: netbox netbox 127.0.0.1(45150) idle"], "PostgreSQL"),
         (["/usr/lib/postgresql/15/bin/postgres", "-D", "x"], "PostgreSQL"),
+        (["/usr/bin/redis-server 127.0.0.1:52539"], "Redis"),
         ([""], "?"),
     ],
 )

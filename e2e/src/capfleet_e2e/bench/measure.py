@@ -66,9 +66,10 @@ def process_label(argv: Sequence[str]) -> str:
     (`-m`) or script it runs, PostgreSQL whatever its processes call themselves ("postgres: netbox …")."""
     if not argv or not argv[0]:
         return "?"
-    if os.path.basename(argv[0]).startswith("postgres"):
+    # Some servers rewrite their whole command line into argv[0] ("redis-server 127.0.0.1:6379").
+    name = os.path.basename(argv[0].split()[0])
+    if name.startswith("postgres"):
         return "PostgreSQL"
-    name = os.path.basename(argv[0])
     if name.startswith("python"):
         args = list(argv[1:])
         if "-m" in args[:-1]:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from capfleet_e2e.bench.fleet import OPERATORS, bench, format_results
+from capfleet_e2e.bench.fleet import OPERATORS, bench
+from capfleet_e2e.bench.fleetfigures import format_results
 
 pytestmark = [pytest.mark.integration, pytest.mark.full, pytest.mark.timeout(1800)]
 

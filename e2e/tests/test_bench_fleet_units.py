@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from capfleet_e2e.baremetal.fakeramdisk import fake_systems
-from capfleet_e2e.bench.fleet import (
+from capfleet_e2e.bench.fleetfigures import (
     OperatorFigures,
     SideResult,
     format_results,

@@ -3,7 +3,6 @@ requests are writes, and the side-by-side table (ratios to CAPI's floor, per-mac
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from capfleet_e2e.baremetal.fakeramdisk import fake_systems
@@ -97,14 +96,14 @@ def test_netbox_requests_and_the_labs_cpu_by_process_get_lines_per_phase() -> No
         netbox_requests_deleting=303,
         cpu={"kube-apiserver": 50.25, "NetBox": 40.0, "Redis": 0.01},
         cpu_deleting={"kube-apiserver": 20.0},
+        cores=2,
     )
     lines = format_results(SideResult("floor", 100, 40.0, 20.0), fleet).splitlines()
-    cores = os.cpu_count() or 1
     assert [line for line in lines if line.startswith(("NetBox:", "CPU s by process"))] == [
         "NetBox: 9.00 requests/machine",
-        f"CPU s by process (of {cores} cores x 60.0 s = {cores * 60}): kube-apiserver 50.2, NetBox 40.0",
+        "CPU s by process (of 2 cores x 60.0 s = 120): kube-apiserver 50.2, NetBox 40.0",
         "NetBox: 3.00 requests/machine",  # of N + 1
-        f"CPU s by process (of {cores} cores x 30.0 s = {cores * 30}): kube-apiserver 20.0",
+        "CPU s by process (of 2 cores x 30.0 s = 60): kube-apiserver 20.0",
     ]
     idle = lines.index("idle writes per minute once converged: 0")
     assert lines.index("NetBox: 9.00 requests/machine") == idle - 2

@@ -345,6 +345,7 @@ async def run_fleet(cp: ControlPlane, kube: Kube, n: int, within: float, workdir
         netbox_requests_deleting,
         cpu,
         cpu_deleting,
+        os.cpu_count(),
     )
 
 

@@ -4,7 +4,6 @@ fleet) so they are unit-tested without one."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +46,7 @@ class SideResult:
     netbox_requests_deleting: int | None = None
     cpu: dict[str, float] = field(default_factory=dict)
     cpu_deleting: dict[str, float] = field(default_factory=dict)
+    cores: int | None = None
 
 
 def writes_of(events: Iterable[Obj], username: str) -> int:
@@ -82,7 +82,7 @@ def format_results(floor: SideResult, fleet: SideResult) -> str:
         lines.append(f"{label:<34}{a:>30.1f}{b:>14.1f}{ratio:>8}")
     lines.append("")
     lines += _per_operator("capfleet operator", fleet.operators, n, peak_rss=True)
-    lines += _lab_lines(fleet.netbox_requests, fleet.cpu, n, fleet.seconds_to_provisioned)
+    lines += _lab_lines(fleet.netbox_requests, fleet.cpu, n, fleet.seconds_to_provisioned, fleet.cores)
     lines.append(f"idle writes per minute once converged: {fleet.idle_writes_per_minute}")
     lines.append("")
     lines.append("writes per machine, by request:")
@@ -91,7 +91,7 @@ def format_results(floor: SideResult, fleet: SideResult) -> str:
         lines.append("")
         lines += _per_operator("deleting (N + 1 machines)", fleet.deletion, n + 1, peak_rss=False)
         lines += _lab_lines(
-            fleet.netbox_requests_deleting, fleet.cpu_deleting, n + 1, fleet.seconds_to_deleted
+            fleet.netbox_requests_deleting, fleet.cpu_deleting, n + 1, fleet.seconds_to_deleted, fleet.cores
         )
         lines.append("writes per machine while deleting, by request:")
         lines += _spent(fleet.deletion, n + 1)
@@ -117,17 +117,20 @@ def _per_operator(
 
 
 def _lab_lines(
-    netbox_requests: int | None, cpu: Mapping[str, float], machines: int, seconds: float
+    netbox_requests: int | None,
+    cpu: Mapping[str, float],
+    machines: int,
+    seconds: float,
+    cores: int | None,
 ) -> list[str]:
     """NetBox's requests per machine, and the CPU seconds the lab's processes spent over a phase."""
     lines = []
     if netbox_requests is not None:
         lines.append(f"NetBox: {netbox_requests / machines:.2f} requests/machine")
     if cpu:
-        cores = os.cpu_count() or 1
         spent = ", ".join(f"{label} {used:.1f}" for label, used in cpu.items() if used >= 0.05)
-        available = f"{cores} cores x {seconds:.1f} s = {cores * seconds:.0f}"
-        lines.append(f"CPU s by process (of {available}): {spent}")
+        available = f" (of {cores} cores x {seconds:.1f} s = {cores * seconds:.0f})" if cores else ""
+        lines.append(f"CPU s by process{available}: {spent}")
     return lines
 
 

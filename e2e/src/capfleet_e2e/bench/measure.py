@@ -37,20 +37,26 @@ class ProcSample:
     rss_bytes: int
 
 
+def stat_fields(stat: str) -> list[str]:
+    """The fields of /proc/<pid>/stat from field 3 (state) on: counted from the last ')', as the command
+    name (field 2) may hold spaces or parentheses itself."""
+    return stat[stat.rindex(")") + 2 :].split()
+
+
 def parse_cpu_seconds(stat: str, ticks_per_second: int) -> float:
     """utime + stime from the text of /proc/<pid>/stat (fields 14 and 15), in seconds.
 
     The command name (field 2) is in parentheses and may hold spaces or parentheses itself, so the
     fields are counted from the last ')'.
     """
-    rest = stat[stat.rindex(")") + 2 :].split()  # rest[0] is field 3 (state)
+    rest = stat_fields(stat)
     return (int(rest[11]) + int(rest[12])) / ticks_per_second
 
 
 def parse_tree_stat(stat: str, ticks_per_second: int) -> tuple[int, float]:
     """The parent pid and the CPU seconds (utime + stime, and cutime + cstime: what it has reaped of its
     children) from the text of /proc/<pid>/stat."""
-    rest = stat[stat.rindex(")") + 2 :].split()
+    rest = stat_fields(stat)
     return int(rest[1]), sum(int(tick) for tick in rest[11:15]) / ticks_per_second
 
 

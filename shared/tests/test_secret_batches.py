@@ -32,7 +32,9 @@ class GatedKube:
 async def test_changes_asked_while_a_patch_is_in_flight_go_together_in_the_next() -> None:
     kube = GatedKube()
     batches = secretholds.Batches(kube)  # type: ignore[arg-type]
-    changes = [asyncio.create_task(batches.change("ns/s", secretholds.ADD, f"h/{i}")) for i in range(10)]
+    changes = [asyncio.create_task(batches.change("ns/s", secretholds.ADD, "h/0"))]
+    await asyncio.sleep(0.01)
+    changes += [asyncio.create_task(batches.change("ns/s", secretholds.ADD, f"h/{i}")) for i in range(1, 10)]
     await asyncio.sleep(0.01)
     assert kube.patches == [{"finalizers": ["h/0"]}], "the first goes at once; the others wait for it"
     kube.gate.set()

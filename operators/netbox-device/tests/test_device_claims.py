@@ -50,6 +50,45 @@ async def test_one_lookup_finds_what_each_of_several_owners_holds(netbox: Netbox
     assert netbox.faults.count("GET", "/api/dcim/devices/") == 1
 
 
+@pytest.mark.parametrize("netbox", ["4.4.10"], indirect=True)
+async def test_claims_at_once_share_netbox_requests_and_each_gets_what_it_would_alone(
+    netbox: NetboxInstance,
+) -> None:
+    seed_inventory(netbox, 6)
+    ids = sorted(d["id"] for d in netbox.client.list_all("dcim/devices/"))
+    owners = {device_id: f"mgmt-a/ns/m{device_id}" for device_id in ids}
+    for device_id, owner in owners.items():
+        netbox.client.update("dcim/devices/", device_id, {"custom_fields": {"capfleet_owner": owner}})
+    api = netbox_api.open_api(netbox_api.Connection(url=netbox.url, token=netbox.token, ca_bundle=None))
+    devices = PynetboxDevices(api)
+    await devices.check()
+    assert not devices.etags, "4.4 has no If-Match: a claim reads devices without their ETags"
+
+    async def claim_like(device_id: int) -> tuple[Any, ...]:
+        (held,) = await devices.owned([owners[device_id]])
+        device, _ = await devices.read(device_id)
+        assert device is not None
+        interfaces = await devices.interfaces(device_id)
+        await devices.journal(device_id, "info", f"test entry for {device_id}")
+        return held["id"], device["name"], sorted((i["name"], i["device"]["id"]) for i in interfaces)
+
+    netbox.faults.reset_log()
+    alone = [await claim_like(device_id) for device_id in ids]
+    assert netbox.faults.count() == 4 * len(ids), "each alone makes its own four requests"
+    netbox.faults.reset_log()
+    together = await asyncio.gather(*(claim_like(device_id) for device_id in ids))
+    assert together == alone
+    assert alone[0] == (ids[0], "n00", [("bmc", ids[0]), ("eno1", ids[0])])
+    assert netbox.faults.by_endpoint() == {
+        "GET /api/dcim/devices/": 2,
+        "GET /api/dcim/interfaces/": 1,
+        "POST /api/extras/journal-entries/": 1,
+    }, "claims at once ask NetBox once for what each asks"
+    journal = netbox.client.list_all("extras/journal-entries/")
+    written = sorted(e["assigned_object_id"] for e in journal if e["comments"].startswith("test entry"))
+    assert written == sorted(ids + ids), "every claim's entry is written, alone and together"
+
+
 @pytest.mark.parametrize("netbox", ["4.4.10", "4.6.8"], indirect=True)
 async def test_twenty_claims_race_for_ten_devices(
     kube: Kube, namespace: str, run_operator: RunOperator, netbox: NetboxInstance

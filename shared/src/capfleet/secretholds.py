@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from capfleet import errors, resources
+from capfleet.batching import Batch
 from capfleet.kube import Forbidden, Invalid, Kube, Obj
 from capfleet.resources import Resource
 
@@ -172,16 +173,15 @@ REMOVE = "$deleteFromPrimitiveList/finalizers"
 
 class Batches:
     """What the callers of one process ask of one Secret at once, in as few requests: reads answered by
-    one GET, and finalizer changes written as one patch per batch (while one patch is in flight, the
-    changes asked meanwhile wait and go together in the next). A Secret shared by hundreds of holders (one
-    NetBox connection, one BMC password for a rack) was otherwise as many requests at once for one
-    object, each patch rewriting its list of finalizers: at N = 500 in `make bench-fleet` most of those
-    patches timed out."""
+    one GET, and finalizer changes written as one patch per batch (`capfleet.batching`: while one patch is
+    in flight, the changes asked meanwhile wait and go together in the next). A Secret shared by hundreds
+    of holders (one NetBox connection, one BMC password for a rack) was otherwise as many requests at once
+    for one object, each patch rewriting its list of finalizers: at N = 500 in `make bench-fleet` most of
+    those patches timed out."""
 
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
-        self._pending: dict[tuple[str, str], dict[str, asyncio.Future[None]]] = {}
-        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._changes: dict[tuple[str, str], Batch[str, None]] = {}
         self._reads: dict[str, asyncio.Future[Obj | None]] = {}
 
     async def read(self, namespace: str, name: str) -> Obj | None:
@@ -206,38 +206,18 @@ class Batches:
     async def change(self, key: str, direction: str, finalizer: str) -> None:
         """Add (`ADD`) or remove (`REMOVE`) `finalizer` on the Secret `key`, with the changes others ask
         for meanwhile; raises what the patch that carried it raised."""
-        batch = (key, direction)
-        done = asyncio.get_running_loop().create_future()
-        self._pending.setdefault(batch, {})[finalizer] = done
-        async with self._locks.setdefault(batch, asyncio.Lock()):
-            taken = self._pending.pop(batch, {})
-            if taken:
-                await self._write(key, direction, taken, own=done)
-        await done
+        batch = self._changes.get((key, direction))
+        if batch is None:
+            write = functools.partial(self._write, key, direction)
+            batch = self._changes[(key, direction)] = Batch(write, FINALIZERS_PER_PATCH)
+        await batch.get(finalizer)
 
-    async def _write(
-        self, key: str, direction: str, taken: Mapping[str, asyncio.Future[None]], own: asyncio.Future[None]
-    ) -> None:
-        outcome: BaseException | None = None
-        try:
-            await _change_finalizers(self.kube, key, {direction: list(taken)})
-        except asyncio.CancelledError:
-            # The writer's handler was cancelled: the others are not, and retry.
-            outcome = errors.BackendUnavailable(f"the patch of Secret {key} was cancelled")
-            own.cancel()
-            raise
-        except Exception as exc:  # every holder in the batch gets it, as its own patch would have
-            outcome = exc
-        finally:
-            for future in taken.values():
-                if future.done():  # its holder was cancelled while it waited
-                    continue
-                if outcome is None:
-                    future.set_result(None)
-                else:
-                    future.set_exception(outcome)
+    async def _write(self, key: str, direction: str, finalizers: list[str]) -> list[None]:
+        await _change_finalizers(self.kube, key, {direction: list(dict.fromkeys(finalizers))})
+        return [None for _ in finalizers]
 
 
+FINALIZERS_PER_PATCH = 1000
 _BATCHES: weakref.WeakKeyDictionary[Kube, Batches] = weakref.WeakKeyDictionary()
 
 

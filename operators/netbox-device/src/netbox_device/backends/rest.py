@@ -54,10 +54,12 @@ def patch_if_match(api: Any, path: str, fields: dict[str, Any], etag: str | None
     return body
 
 
-def get_page(api: Any, path: str, params: Mapping[str, Any], limit: int) -> list[dict[str, Any]]:
+def get_page(
+    api: Any, path: str, params: Mapping[str, Any], limit: int, brief: bool = True
+) -> list[dict[str, Any]]:
     """The first `limit` objects at list `path` (e.g. "dcim/devices") matching `params`, in NetBox's brief
-    form (id, name, …): one request, whatever the list's length."""
-    query = {**params, "limit": limit, "brief": "true", "ordering": "id"}
+    form (id, name, …) unless not `brief`: one request, whatever the list's length."""
+    query = {**params, "limit": limit, "ordering": "id"} | ({"brief": "true"} if brief else {})
     reply = api.http_session.get(f"{api.base_url}/{path.strip('/')}/", params=query, headers=_headers(api))
     if not reply.ok:
         raise pynetbox.RequestError(reply)

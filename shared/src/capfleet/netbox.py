@@ -10,8 +10,6 @@ never appears in a message, a log line or a repr.
 from __future__ import annotations
 
 import base64
-import os
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -19,7 +17,7 @@ from typing import Any, TypeVar
 import pynetbox
 import requests
 
-from capfleet import errors, lanes, metrics
+from capfleet import cafiles, errors, lanes, metrics
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT = 10.0
@@ -74,10 +72,7 @@ def open_api(connection: Connection, timeout: float = DEFAULT_TIMEOUT) -> Any:
     api = pynetbox.api(connection.url, token=connection.token)
     session = _TimeoutSession(timeout)
     if connection.ca_bundle:
-        handle, path = tempfile.mkstemp(prefix="capfleet-netbox-ca-", suffix=".pem")
-        with os.fdopen(handle, "w") as ca_file:
-            ca_file.write(connection.ca_bundle)
-        session.verify = path
+        session.verify = cafiles.ca_file(connection.ca_bundle)
     api.http_session = session
     return api
 

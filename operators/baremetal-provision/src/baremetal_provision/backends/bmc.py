@@ -10,9 +10,6 @@ everywhere and never a stack trace.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
@@ -34,7 +31,7 @@ from baremetal_provision.backends.base import (
     PowerState,
     SystemFacts,
 )
-from capfleet import errors, metrics
+from capfleet import cafiles, errors, metrics
 
 T = TypeVar("T")
 
@@ -116,13 +113,9 @@ class RedfishBMC:
 
     def __init__(self, address: Address, credentials: Credentials, *, verify: bool = True) -> None:
         self._address = address
-        self._ca_file: str | None = None
         verify_arg: bool | str = verify
         if verify and credentials.ca_bundle:
-            handle, self._ca_file = tempfile.mkstemp(prefix="capfleet-bmc-ca-", suffix=".pem")
-            with os.fdopen(handle, "w") as out:
-                out.write(credentials.ca_bundle)
-            verify_arg = self._ca_file
+            verify_arg = cafiles.ca_file(credentials.ca_bundle)
         self._connector = sushy_connector.Connector(address.base_url, verify=verify_arg)
         self._auth = sushy_auth.BasicAuth(username=credentials.username, password=credentials.password)
         self._root: Any = None
@@ -187,9 +180,6 @@ class RedfishBMC:
 
     async def close(self) -> None:
         await LANE.run(self._connector.close)
-        if self._ca_file:
-            with contextlib.suppress(OSError):
-                os.unlink(self._ca_file)
 
 
 def connect(address: str, credentials: Credentials, *, verify: bool, ipmi_cipher_suite: int = 17) -> BMC:

@@ -44,11 +44,7 @@ def stat_fields(stat: str) -> list[str]:
 
 
 def parse_cpu_seconds(stat: str, ticks_per_second: int) -> float:
-    """utime + stime from the text of /proc/<pid>/stat (fields 14 and 15), in seconds.
-
-    The command name (field 2) is in parentheses and may hold spaces or parentheses itself, so the
-    fields are counted from the last ')'.
-    """
+    """utime + stime from the text of /proc/<pid>/stat (fields 14 and 15), in seconds."""
     rest = stat_fields(stat)
     return (int(rest[11]) + int(rest[12])) / ticks_per_second
 

@@ -85,11 +85,13 @@ CLAIMS ?= 1000
 bench-ipam: setup
 	$(UV) python -m capfleet_e2e.bench.ipam --claims $(CLAIMS)
 
-## bench-fleet: N bare-metal workers (default 100) through Cluster API and capfleet's fleet, side by side
-## with CAPI's floor for N Machines (CAPD's in-memory backend) on one control plane (not part of test).
+## bench-fleet: N workers (default 100; VMS of them VMs, default half) through Cluster API and capfleet's
+## fleet, side by side with CAPI's floor for N Machines (CAPD's in-memory backend) on one control plane
+## (not part of test).
 N ?= 100
+VMS ?=
 bench-fleet: setup
-	$(UV) python -m capfleet_e2e.bench.fleet --machines $(N)
+	$(UV) python -m capfleet_e2e.bench.fleet --machines $(N) $(if $(VMS),--vms $(VMS))
 
 ## bench-console: the console's VM list page load with 500 VMs in a namespace, and with 50 (not part of test).
 bench-console: setup

@@ -3,9 +3,21 @@ requests are writes, and the side-by-side table (ratios to CAPI's floor, per-mac
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from capfleet_e2e.baremetal.fakeramdisk import fake_systems
+from capfleet_e2e.bench.fleet import (
+    HYPERVISOR_POOL,
+    METAL_DEPLOYMENT,
+    NETBOX_VM_CLUSTER,
+    VM_DEPLOYMENT,
+    VM_IMAGE,
+    fleet_objects,
+    parse_args,
+)
 from capfleet_e2e.bench.fleetfigures import (
     OperatorFigures,
     SideResult,
@@ -68,19 +80,21 @@ def test_the_table_shows_times_with_their_ratio_and_per_machine_costs() -> None:
         deletion={
             "capi-machine-glue": OperatorFigures(505, 202, 4.0, 80.0, {"delete baremetalinstances": 101})
         },
+        vms=40,
     )
     table = format_results(floor, fleet).splitlines()
     assert table[1].split()[-3:] == ["40.0", "60.0", "1.50"]
     assert table[2].split()[-3:] == ["20.0", "30.0", "1.50"]
-    assert table[5].split() == ["capi-machine-glue", "12.00", "5.00", "12.5", "80.0", "n/a"]
-    assert table[6].split() == ["ipam-address", "3.00", "3.00", "3.0", "82.0", "71.5"]
-    assert table[7].split() == ["all", "operators", "8.00"]
-    assert table[8].endswith(": 0")
-    assert table[11] == "  capi-machine-glue: patch hybridmachines/status 4.00, create ipaddressclaims 1.00"
-    assert table[12] == "  ipam-address: none"
-    assert table[15].split() == ["capi-machine-glue", "5.00", "2.00", "4.0"]  # per machine of N + 1
-    assert table[16].split() == ["all", "operators", "2.00"]
-    assert table[18] == "  capi-machine-glue: delete baremetalinstances 1.00"
+    assert table[3] == "capfleet's workers: 60 bare-metal servers, 40 VMs"
+    assert table[6].split() == ["capi-machine-glue", "12.00", "5.00", "12.5", "80.0", "n/a"]
+    assert table[7].split() == ["ipam-address", "3.00", "3.00", "3.0", "82.0", "71.5"]
+    assert table[8].split() == ["all", "operators", "8.00"]
+    assert table[9].endswith(": 0")
+    assert table[12] == "  capi-machine-glue: patch hybridmachines/status 4.00, create ipaddressclaims 1.00"
+    assert table[13] == "  ipam-address: none"
+    assert table[16].split() == ["capi-machine-glue", "5.00", "2.00", "4.0"]  # per machine of N + 1
+    assert table[17].split() == ["all", "operators", "2.00"]
+    assert table[19] == "  capi-machine-glue: delete baremetalinstances 1.00"
 
 
 def test_netbox_requests_and_the_labs_cpu_by_process_get_lines_per_phase() -> None:
@@ -116,3 +130,32 @@ def test_fake_servers_have_distinct_names_uuids_and_macs() -> None:
     assert len(macs) == 300
     assert servers[257]["nics"][0]["mac"] == "52:54:00:00:01:01"
     assert all(s["external_notifier"] for s in servers)
+
+
+def test_the_fleet_has_a_bare_metal_and_a_vm_machine_deployment_both_from_the_shipped_templates() -> None:
+    workload = SimpleNamespace(host="127.0.0.1", port=6443)
+    network = SimpleNamespace(bridge="pxebr0")
+    objects = fleet_objects(workload, network)  # type: ignore[arg-type]
+    by_kind: dict[str, dict[str, dict[str, Any]]] = {}
+    for obj in objects:
+        by_kind.setdefault(obj["kind"], {})[obj["metadata"]["name"]] = obj
+    assert set(by_kind["MachineDeployment"]) == {METAL_DEPLOYMENT, VM_DEPLOYMENT}
+    vm_md = by_kind["MachineDeployment"][VM_DEPLOYMENT]
+    assert vm_md["spec"]["replicas"] == 0
+    assert vm_md["spec"]["template"]["spec"]["infrastructureRef"]["name"] == VM_DEPLOYMENT
+    assert vm_md["spec"]["template"]["spec"]["bootstrap"]["configRef"]["name"] == VM_DEPLOYMENT
+    assert VM_DEPLOYMENT in by_kind["KubeadmConfigTemplate"]
+    vm = by_kind["HybridMachineTemplate"][VM_DEPLOYMENT]["spec"]["template"]["spec"]
+    assert (vm["vm"]["vcpus"], vm["vm"]["memoryMiB"], vm["vm"]["disks"][0]["image"]) == (1, 64, VM_IMAGE)
+    assert vm["network"]["interfaces"][0]["bridge"] == "pxebr0"
+    assert "baremetal" in by_kind["HybridMachineTemplate"][METAL_DEPLOYMENT]["spec"]["template"]["spec"]
+    cluster = next(iter(by_kind["HybridCluster"].values()))["spec"]
+    assert cluster["hypervisorSelector"] == {"matchLabels": {"capfleet.dev/hypervisor-pool": HYPERVISOR_POOL}}
+    assert cluster["netbox"]["cluster"] == NETBOX_VM_CLUSTER
+
+
+def test_half_the_workers_are_vms_unless_told_and_never_more_than_all() -> None:
+    assert parse_args(["--machines", "101"]).vms == 50
+    assert parse_args(["--machines", "10", "--vms", "0"]).vms == 0
+    with pytest.raises(SystemExit):
+        parse_args(["--machines", "10", "--vms", "11"])

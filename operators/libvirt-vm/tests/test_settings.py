@@ -40,3 +40,8 @@ def test_the_domain_type_is_the_configured_one_or_kvm_when_offered(
     configured: str, kvm_offered: bool, expected: str
 ) -> None:
     assert LibvirtSettings(domain_type=configured).virt_type(kvm_offered) == expected
+
+
+def test_only_auto_leaves_the_domain_type_to_the_host() -> None:
+    assert LibvirtSettings(domain_type="auto").configured_virt_type is None
+    assert LibvirtSettings(domain_type="qemu").configured_virt_type == "qemu"

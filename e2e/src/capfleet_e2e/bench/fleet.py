@@ -1,25 +1,29 @@
-"""`make bench-fleet N=…`: N bare-metal machines through the real Cluster API and capfleet's fleet, side by
-side with Cluster API's floor for N Machines, on one control plane in one run.
+"""`make bench-fleet N=…`: N hybrid machines (bare-metal servers and VMs) through the real Cluster API and
+capfleet's fleet, side by side with Cluster API's floor for N Machines, on one control plane in one run.
 
-Both sides start from a cluster whose one-replica control plane is up, then scale a MachineDeployment from
-0 to N and time it until every worker Machine is provisioned (`status.initialization.
-infrastructureProvisioned`), then delete the cluster and time it until every Machine is gone.
+Both sides start from a cluster whose one-replica control plane is up, then scale their worker
+MachineDeployments from 0 to N Machines in all and time it until every worker Machine is provisioned
+(`status.initialization.infrastructureProvisioned`), then delete the cluster and time it until every
+Machine is gone.
 
 - The floor: CAPD's in-memory backend (capfleet_e2e.bench.floor), CAPI's own scale-test provider, every
   simulated startup zero.
 - capfleet: the five operators unchanged, each a process of its own under its own ServiceAccount and
   RBAC; real NetBox holding N+1 servers; sushy-tools' fake driver as their BMCs and the fake ramdisk
   (capfleet_e2e.baremetal.fakeramdisk) playing iPXE and the deploy ramdisk for each; the cluster from
-  deploy/clusterctl/cluster-template-baremetal.yaml; a stand-in workload API server at the endpoint, where
-  `kubeadm init` would have written its config (capfleet_e2e.workload).
+  deploy/clusterctl/cluster-template-baremetal.yaml (a bare-metal control plane and MachineDeployment
+  `md-0`) with a second MachineDeployment of VM workers (`md-vm`, cluster-template-vm.yaml's workers), by
+  default half of the N; one test hypervisor (a private libvirtd behind its own sshd, in a network
+  namespace of the run) whose VMs are real QEMU domains booting a disk that halts at once
+  (capfleet_e2e.libvirt.haltdisk), recorded in NetBox as virtual machines; a stand-in workload API server
+  at the endpoint, where `kubeadm init` would have written its config (capfleet_e2e.workload).
 
 Per operator it reads, from the API server's audit log, its requests and writes per machine, and from
 /proc its CPU seconds and peak RSS; then, with everything provisioned, the writes of a quiet minute (idle
 writes, which must be 0) and the resident memory after it; and the same figures while the Cluster is
 deleted. Beside them, the requests the fleet sent NetBox, and the CPU seconds of every process of the lab
 by what it is (API server, etcd, Cluster API's managers, NetBox, PostgreSQL, the BMC emulator, each
-operator, the bench itself): on a small machine they share the cores, and this says who spent them. The
-VM half of a hybrid fleet is not in this bench yet.
+operator, QEMU, the bench itself): on a small machine they share the cores, and this says who spent them.
 """
 
 from __future__ import annotations
@@ -34,13 +38,17 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from capfleet import resources
+from capfleet.api import kinds
 from capfleet.kube import Kube
 from capfleet_e2e.baremetal.fakeramdisk import FakeRamdisk, boot_env, fake_systems
+from capfleet_e2e.baremetal.netns import PxeNetwork
 from capfleet_e2e.baremetal.redfish import RedfishEmulator
 from capfleet_e2e.bench.fleetfigures import (
     OperatorFigures,
@@ -55,13 +63,15 @@ from capfleet_e2e.bench.measure import ProcSample, cpu_since, read_cpu_by_label,
 from capfleet_e2e.capi import CapiManagers
 from capfleet_e2e.controlplane import ControlPlane
 from capfleet_e2e.kubebin import artifacts_dir, repo_root
+from capfleet_e2e.libvirt.haltdisk import halting_disk
+from capfleet_e2e.libvirt.hypervisor import Hypervisor, start_hypervisor, upload_volume
 from capfleet_e2e.netbox.fixtures import RealNetboxes, instance_behind
 from capfleet_e2e.netbox.proxy import NetboxProxy
 from capfleet_e2e.netbox.releases import DEFAULT_RELEASE
 from capfleet_e2e.operators import OperatorProcess
 from capfleet_e2e.processes import free_port
 from capfleet_e2e.serviceaccounts import apply_operator_rbac, service_account_kubeconfig, service_account_user
-from capfleet_e2e.site import BMC_FIELD, ensure_custom_fields, render, secret
+from capfleet_e2e.site import BMC_FIELD, ensure_custom_fields, register_hypervisor, render, secret
 from capfleet_e2e.waiting import eventually
 from capfleet_e2e.workload import WorkloadAPIServer
 
@@ -74,7 +84,19 @@ OPERATORS = {
     "libvirt_vm": "libvirt-vm",
 }
 TEMPLATE = Path("deploy") / "clusterctl" / "cluster-template-baremetal.yaml"
+VM_TEMPLATE = Path("deploy") / "clusterctl" / "cluster-template-vm.yaml"
 CLUSTER = "fleet"
+METAL_DEPLOYMENT, VM_DEPLOYMENT = f"{CLUSTER}-md-0", f"{CLUSTER}-md-vm"
+HYPERVISOR_POOL = "bench"
+VM_IMAGE = "capfleet-halt.raw"
+NETBOX_VM_CLUSTER = "bench-vms"
+POOL_MIB = 1024
+# One host CPU and a 1 GiB pool carry every VM: the guests halt at once and their disks are thin.
+LIBVIRT_ENV = {
+    "CAPFLEET_LIBVIRT_DOMAIN_TYPE": "qemu",
+    "CAPFLEET_VCPU_OVERCOMMIT": "1000",
+    "CAPFLEET_STORAGE_OVERCOMMIT": "10000",
+}
 IDLE_SECONDS = 60.0
 # How often the bench lists the Machines: its own reads load the same API server as both sides.
 POLL_SECONDS = 1.0
@@ -89,10 +111,15 @@ async def machines_of(kube: Kube, namespace: str) -> list[Obj]:
     return await kube.list(resources.CAPI_MACHINES, namespace)
 
 
-async def scale_and_time(kube: Kube, namespace: str, deployment: str, n: int, within: float) -> float:
-    """Scale MachineDeployment `deployment` to `n`; seconds until all `n` workers are provisioned."""
+async def scale_and_time(kube: Kube, namespace: str, replicas: Mapping[str, int], within: float) -> float:
+    """Scale each MachineDeployment to its number of `replicas`, at once; seconds until all their workers
+    are provisioned."""
     started = time.monotonic()
-    await kube.patch(resources.MACHINE_DEPLOYMENTS, deployment, {"spec": {"replicas": n}}, namespace)
+    for deployment, count in replicas.items():
+        if count:
+            patch = {"spec": {"replicas": count}}
+            await kube.patch(resources.MACHINE_DEPLOYMENTS, deployment, patch, namespace)
+    n = sum(replicas.values())
 
     async def done() -> bool:
         return provisioned_workers(await machines_of(kube, namespace)) >= n
@@ -151,17 +178,20 @@ async def run_floor(cp: ControlPlane, kube: Kube, n: int, within: float) -> Side
         await eventually(
             "the floor's control-plane Machine to be Running", control_plane_running, within, POLL_SECONDS
         )
-        provisioned = await scale_and_time(kube, namespace, f"{CLUSTER}-workers", n, within)
+        provisioned = await scale_and_time(kube, namespace, {f"{CLUSTER}-workers": n}, within)
         deleted = await delete_and_time(kube, namespace, CLUSTER, within)
     return SideResult("floor", n, provisioned, deleted)
 
 
 def seed_servers(netbox: Any, systems: Sequence[Obj], bmc_address: str) -> None:
-    """The fake servers in NetBox: the first as the control plane's role, the rest as workers."""
+    """The fake servers in NetBox: the first as the control plane's role, the rest as workers; and the
+    virtualization cluster the VMs are recorded in."""
     ensure_custom_fields(netbox)
     roles = ["k8s-control-plane", "k8s-worker"]
     netbox.seed(
         {
+            "cluster_types": [{"name": "libvirt", "slug": "libvirt"}],
+            "clusters": [{"name": NETBOX_VM_CLUSTER, "type": "libvirt"}],
             "sites": [{"name": "bench", "slug": "bench"}],
             "manufacturers": [{"name": "fake", "slug": "fake"}],
             "device_roles": [{"name": role, "slug": role} for role in roles],
@@ -207,6 +237,58 @@ def fleet_variables(workload: WorkloadAPIServer) -> dict[str, str]:
     }
 
 
+def vm_variables(network: PxeNetwork) -> dict[str, str]:
+    """cluster-template-vm.yaml's variables for the VM workers: the smallest VM the API takes."""
+    return {
+        "CAPFLEET_VM_IMAGE": VM_IMAGE,
+        "CAPFLEET_VM_BRIDGE": network.bridge,
+        "CAPFLEET_HYPERVISOR_POOL": HYPERVISOR_POOL,
+        "CAPFLEET_WORKER_VCPUS": "1",
+        "CAPFLEET_WORKER_MEMORY_MIB": "64",
+        "CAPFLEET_WORKER_DISK_GIB": "1",
+    }
+
+
+def fleet_objects(workload: WorkloadAPIServer, network: PxeNetwork) -> list[Obj]:
+    """The cluster of cluster-template-baremetal.yaml, its HybridCluster also placing VMs and recording
+    them in NetBox, and cluster-template-vm.yaml's worker MachineDeployment (with its templates) beside
+    the bare-metal one as `md-vm`, both at zero replicas."""
+    variables = {**fleet_variables(workload), **vm_variables(network)}
+    objects = [o for o in yaml.safe_load_all(render((repo_root() / TEMPLATE).read_text(), variables)) if o]
+    for obj in objects:
+        if obj["kind"] == "HybridCluster":
+            obj["spec"]["hypervisorSelector"] = {
+                "matchLabels": {"capfleet.dev/hypervisor-pool": HYPERVISOR_POOL}
+            }
+            obj["spec"]["netbox"]["cluster"] = NETBOX_VM_CLUSTER
+    worker_kinds = {"MachineDeployment", "HybridMachineTemplate", "KubeadmConfigTemplate"}
+    vm_docs = yaml.safe_load_all(render((repo_root() / VM_TEMPLATE).read_text(), variables))
+    for obj in vm_docs:
+        if obj and obj["kind"] in worker_kinds and obj["metadata"]["name"] == METAL_DEPLOYMENT:
+            objects.append(json.loads(json.dumps(obj).replace(METAL_DEPLOYMENT, VM_DEPLOYMENT)))
+    return objects
+
+
+@contextlib.contextmanager
+def hypervisor_lab() -> Iterator[tuple[PxeNetwork, Hypervisor]]:
+    """One test hypervisor in a network namespace of its own (whose bridge the VMs' NICs join), with the
+    halting disk as the VMs' base image."""
+    with PxeNetwork() as network:
+        hypervisor = start_hypervisor("bench-hv", pool_size_mib=POOL_MIB, netns=network.name, reaper=True)
+        try:
+            conn = hypervisor.connect()
+            try:
+                # A fresh libvirtd probes every QEMU binary at its first capabilities call: done here, not
+                # in libvirt-vm's first call (over a minute on a busy machine, past its call timeout).
+                conn.getCapabilities()
+                upload_volume(conn, hypervisor.pool_name, VM_IMAGE, halting_disk(), "raw")
+            finally:
+                conn.close()
+            yield network, hypervisor
+        finally:
+            hypervisor.stop()
+
+
 @contextlib.asynccontextmanager
 async def operators_running(
     cp: ControlPlane, namespace: str, env: Mapping[str, Mapping[str, str]], workdir: Path
@@ -232,6 +314,12 @@ async def operators_running(
     finally:
         for process in started.values():
             process.stop()
+
+
+async def hypervisor_ready(kube: Kube, name: str) -> bool:
+    found = await kube.get(kinds.HYPERVISOR.resource, name)
+    conditions = ((found or {}).get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
 async def control_plane_provisioned(kube: Kube, namespace: str) -> bool:
@@ -262,10 +350,12 @@ def samples(processes: Mapping[str, OperatorProcess]) -> dict[str, ProcSample]:
     return {op: read_proc(p.component.pid) for op, p in processes.items() if p.component}
 
 
-async def run_fleet(cp: ControlPlane, kube: Kube, n: int, within: float, workdir: Path) -> SideResult:
+async def run_fleet(
+    cp: ControlPlane, kube: Kube, n: int, vms: int, within: float, workdir: Path
+) -> SideResult:
     namespace = "bench-fleet"
     cp.kubectl("create", "namespace", namespace)
-    systems = fake_systems(n + 1, "srv")
+    systems = fake_systems(n - vms + 1, "srv")
     boot_port = free_port()
     netbox_logs = artifacts_dir() / "netbox"
     netbox_logs.mkdir(parents=True, exist_ok=True)
@@ -277,7 +367,10 @@ async def run_fleet(cp: ControlPlane, kube: Kube, n: int, within: float, workdir
         fake = await stack.enter_async_context(FakeRamdisk(f"http://127.0.0.1:{boot_port}"))
         bmc = stack.enter_context(RedfishEmulator(fake_systems=systems, notify_url=fake.url))
         workload = stack.enter_context(WorkloadAPIServer(cp, CLUSTER))
+        network, hypervisor = stack.enter_context(hypervisor_lab())
         seed_servers(netbox, systems, f"127.0.0.1:{bmc.port}")
+        labels = {"capfleet.dev/hypervisor-pool": HYPERVISOR_POOL}
+        hypervisor_name = await register_hypervisor(kube, namespace, hypervisor, labels=labels)
         credentials = {
             "username": bmc.username,
             "password": bmc.password,
@@ -289,9 +382,9 @@ async def run_fleet(cp: ControlPlane, kube: Kube, n: int, within: float, workdir
             workload.ca_secret(namespace),
         ):
             await kube.create(resources.SECRETS, body, namespace)
-        env = {"baremetal_provision": boot_env(boot_port, workdir / "ramdisk")}
+        env = {"baremetal_provision": boot_env(boot_port, workdir / "ramdisk"), "libvirt_vm": LIBVIRT_ENV}
         processes = await stack.enter_async_context(operators_running(cp, namespace, env, workdir))
-        apply(cp, render((repo_root() / TEMPLATE).read_text(), fleet_variables(workload)), namespace)
+        apply(cp, fleet_objects(workload, network), namespace)
         try:
             await eventually(
                 "the control-plane Machine to be provisioned",
@@ -302,12 +395,19 @@ async def run_fleet(cp: ControlPlane, kube: Kube, n: int, within: float, workdir
         except AssertionError as exc:
             raise AssertionError(f"{exc}; the fake ramdisk played: {fake.played}") from exc
         workload.upload_kubeadm_config()  # what `kubeadm init` would have done on it
+        await eventually(
+            "the Hypervisor to be Ready",
+            lambda: hypervisor_ready(kube, hypervisor_name),
+            within,
+            POLL_SECONDS,
+        )
 
         _, offset = cp.audit_events()
         before = samples(processes)
         netbox_before, cpu_before = netbox.faults.count(), read_cpu_by_label(os.getpid())
         try:
-            provisioned = await scale_and_time(kube, namespace, f"{CLUSTER}-md-0", n, within)
+            replicas = {METAL_DEPLOYMENT: n - vms, VM_DEPLOYMENT: vms}
+            provisioned = await scale_and_time(kube, namespace, replicas, within)
         except AssertionError as exc:
             failed = {name: p.failure for name, p in fake.played.items() if p.failure}
             unfinished = {name: p.steps for name, p in fake.played.items() if not p.results}
@@ -346,6 +446,7 @@ async def run_fleet(cp: ControlPlane, kube: Kube, n: int, within: float, workdir
         cpu,
         cpu_deleting,
         os.cpu_count(),
+        vms,
     )
 
 
@@ -356,15 +457,26 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument(
         "--machines", type=int, default=100, help="worker Machines on each side (default 100)"
     )
+    parser.add_argument(
+        "--vms", type=int, default=None, help="how many of capfleet's workers are VMs (default: half, N // 2)"
+    )
     parser.add_argument("--timeout", type=float, default=3600, help="seconds allowed for each wait")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.vms is None:
+        args.vms = args.machines // 2
+    if not 0 <= args.vms <= args.machines:
+        parser.error(f"--vms must be between 0 and {args.machines}")
+    return args
 
 
-async def bench(n: int, within: float, workdir: Path) -> tuple[SideResult, SideResult]:
+async def bench(
+    n: int, within: float, workdir: Path, vms: int | None = None
+) -> tuple[SideResult, SideResult]:
+    """Both sides at `n` worker Machines, `vms` of capfleet's (default: half) VMs."""
     with ControlPlane() as cp, CapiManagers(cp):
         async with Kube.connect("capfleet-bench", str(cp.kubeconfig)) as kube:
             floor = await run_floor(cp, kube, n, within)
-            fleet = await run_fleet(cp, kube, n, within, workdir)
+            fleet = await run_fleet(cp, kube, n, n // 2 if vms is None else vms, within, workdir)
     return floor, fleet
 
 
@@ -377,7 +489,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     # The operators' kubeconfigs hold their tokens: a private directory, removed afterwards.
     with tempfile.TemporaryDirectory(prefix="capfleet-bench-") as workdir:
-        floor, fleet = asyncio.run(bench(args.machines, args.timeout, Path(workdir)))
+        floor, fleet = asyncio.run(bench(args.machines, args.timeout, Path(workdir), args.vms))
     print(format_results(floor, fleet))
     return 0
 

@@ -47,6 +47,8 @@ class SideResult:
     cpu: dict[str, float] = field(default_factory=dict)
     cpu_deleting: dict[str, float] = field(default_factory=dict)
     cores: int | None = None
+    vms: int = 0
+    """How many of the worker Machines are VMs (the rest are bare-metal servers)."""
 
 
 def writes_of(events: Iterable[Obj], username: str) -> int:
@@ -80,6 +82,7 @@ def format_results(floor: SideResult, fleet: SideResult) -> str:
     ):
         ratio = f"{b / a:.2f}" if a > 0 else "n/a"
         lines.append(f"{label:<34}{a:>30.1f}{b:>14.1f}{ratio:>8}")
+    lines.append(f"capfleet's workers: {n - fleet.vms} bare-metal servers, {fleet.vms} VMs")
     lines.append("")
     lines += _per_operator("capfleet operator", fleet.operators, n, peak_rss=True)
     lines += _lab_lines(fleet.netbox_requests, fleet.cpu, n, fleet.seconds_to_provisioned, fleet.cores)

@@ -60,6 +60,10 @@ PROCESS_NAMES = {
     "gunicorn": "NetBox",
     "redis-server": "Redis",
     "capfleet_e2e.bench.fleet": "bench (proxy, fake ramdisk, polls)",
+    "qemu-system-x86_64": "QEMU (VM workers)",
+    "qemu-system-x86": "QEMU (VM workers)",  # /proc/<pid>/comm keeps 15 characters
+    # The scale lab's libvirtd runs under it: what it reaped is the QEMUs that exited.
+    "capfleet_e2e.libvirt.reaper": "QEMU (VM workers)",
 }
 
 
@@ -106,7 +110,9 @@ def read_cpu_by_label(root: int) -> dict[str, float]:
         if entry.isdigit():
             try:
                 parent, cpu = parse_tree_stat(Path(f"/proc/{entry}/stat").read_text(), ticks)
+                # A process that exited and is not reaped yet has no command line: its name tells.
                 argv = Path(f"/proc/{entry}/cmdline").read_text().split("\0")
+                argv = argv if argv[0] else [Path(f"/proc/{entry}/comm").read_text().strip()]
             except (OSError, ValueError):
                 continue  # gone meanwhile
             processes[int(entry)] = (parent, cpu, process_label(argv))

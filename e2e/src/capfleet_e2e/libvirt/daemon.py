@@ -19,6 +19,7 @@ import contextlib
 import os
 import shutil
 import signal
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -84,11 +85,15 @@ class LibvirtDaemon:
         pool_size_mib: int | None = None,
         log_dir: Path | None = None,
         netns: str | None = None,
+        reaper: bool = False,
     ):
         """`pool_size_mib` puts the pool on a tmpfs of that size (seen only by this instance), so tests
-        can fill it up or check capacity; without it the pool is a directory on the host's disk."""
+        can fill it up or check capacity; without it the pool is a directory on the host's disk. With
+        `reaper`, libvirtd runs under `capfleet_e2e.libvirt.reaper`, which adopts and reaps its QEMUs, so
+        they stay in the caller's process tree (`frozen` and `restart` are then not for this instance)."""
         self.name = name
         self.netns = netns
+        self.reaper = reaper
         self.pool_size_mib = pool_size_mib
         self.pool_name = pool_name
         self.log_dir = log_dir or artifacts_dir() / "libvirt" / name
@@ -204,7 +209,9 @@ class LibvirtDaemon:
 
     def _first_start_argv(self) -> list[str]:
         in_netns = ["ip", "netns", "exec", self.netns] if self.netns else []
+        reaper = [sys.executable, "-m", "capfleet_e2e.libvirt.reaper"] if self.reaper else []
         return [
+            *reaper,
             *in_netns,
             "unshare", "--mount", "--propagation", "private",
             "sh", "-c", _NAMESPACE_SCRIPT, "capfleet-libvirt",

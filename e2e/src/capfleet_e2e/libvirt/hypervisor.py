@@ -52,14 +52,19 @@ class Hypervisor:
 
 
 def start_hypervisor(
-    name: str, failure_domain: str | None = None, pool_size_mib: int | None = None, netns: str | None = None
+    name: str,
+    failure_domain: str | None = None,
+    pool_size_mib: int | None = None,
+    netns: str | None = None,
+    reaper: bool = False,
 ) -> Hypervisor:
     """Start a private libvirtd and an sshd in front of it; stop both with `Hypervisor.stop()`.
 
     With `netns`, libvirtd (and so its VMs' bridged NICs) lives in that network namespace, while sshd stays
-    on the host's loopback: the operator reaches the hypervisor as usual, the guests only each other.
+    on the host's loopback: the operator reaches the hypervisor as usual, the guests only each other. With
+    `reaper`, its QEMUs stay in the caller's process tree (`LibvirtDaemon`).
     """
-    daemon = LibvirtDaemon(name, pool_size_mib=pool_size_mib, netns=netns).start()
+    daemon = LibvirtDaemon(name, pool_size_mib=pool_size_mib, netns=netns, reaper=reaper).start()
     try:
         sshd = Sshd(name, mount_namespace=lambda: daemon.namespace_pid).start()
     except BaseException:

@@ -32,8 +32,11 @@ class LibvirtSettings(reconciling.Settings):
     """This management cluster's name in the domains it defines (`capfleet.instances`; empty or "auto":
     derived from the cluster), so two management clusters sharing a hypervisor never take each other's."""
 
+    @property
+    def configured_virt_type(self) -> str | None:
+        """The domain type when configured ("kvm" or "qemu"); None under "auto", where the host decides."""
+        return self.domain_type if self.domain_type in {"kvm", "qemu"} else None
+
     def virt_type(self, kvm_offered: bool) -> str:
         """The domain type to define: the configured one, or under "auto" kvm when the host offers it."""
-        if self.domain_type in {"kvm", "qemu"}:
-            return self.domain_type
-        return "kvm" if kvm_offered else "qemu"
+        return self.configured_virt_type or ("kvm" if kvm_offered else "qemu")

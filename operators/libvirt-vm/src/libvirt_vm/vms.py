@@ -250,7 +250,10 @@ async def define(
     seed_path: str,
 ) -> None:
     """Defined: the domain defined (kvm or qemu as configured and offered) and owned by this VM."""
-    found_facts = await run.step(DEFINED, placed.run(lambda c: hosts.facts(c, placed.pool_name)), "Pending")
+    settings = placed.ctx.settings
+    virt_type = settings.configured_virt_type
+    if virt_type is None:  # "auto": the host's capabilities tell
+        virt_type = settings.virt_type(await run.step(DEFINED, placed.run(hosts.kvm_offered), "Pending"))
     owner = placed.owner
     plan = domains.DomainPlan(
         name=placed.domain,
@@ -261,7 +264,7 @@ async def define(
         disks=disks,
         seed_path=seed_path,
         interfaces=tuple(vm.spec.interfaces),
-        virt_type=placed.ctx.settings.virt_type(found_facts.kvm),
+        virt_type=virt_type,
     )
     defined = placed.run(lambda c: define_owned(c, plan))
     info = await run.step(DEFINED, defined, "Defined", f"domain {placed.domain}")

@@ -62,16 +62,32 @@ def facts(conn: Any, pool_name: str) -> HostFacts:
     """Versions and capacity of the host and its storage pool."""
     info = conn.getInfo()
     pool = _pool(conn, pool_name)
-    pool.refresh(0)
-    capabilities = conn.getCapabilities()
+    refresh_pool(pool)
     return HostFacts(
         libvirt_version=_version(conn.getLibVersion()),
         qemu_version=_version(conn.getVersion()),
         vcpus=int(info[2]),
         memory_mib=int(info[1]),
         storage_gib=int(pool.info()[1] // GIB),
-        kvm="type='kvm'" in capabilities or 'type="kvm"' in capabilities,
+        kvm=kvm_offered(conn),
     )
+
+
+def kvm_offered(conn: Any) -> bool:
+    """Whether the host offers KVM guests (its capabilities list a kvm domain type)."""
+    capabilities: str = conn.getCapabilities()
+    return "type='kvm'" in capabilities or 'type="kvm"' in capabilities
+
+
+def refresh_pool(pool: Any) -> None:
+    """Re-read the pool's volumes and sizes from its storage. libvirt refuses while any volume of the pool is
+    being built or uploaded (a VM's seed, say: hundreds at once in a burst), with no error code of its own;
+    then what the pool last read stands, which the next refresh corrects."""
+    try:
+        pool.refresh(0)
+    except libvirt.libvirtError as e:
+        if "asynchronous jobs" not in str(e):
+            raise
 
 
 def _lookup_volume(pool: Any, name: str) -> Any | None:
@@ -223,7 +239,7 @@ def remove(conn: Any, name: str, pool_name: str, volume_prefix: str) -> None:
     if find_domain(conn, name) is not None:
         raise errors.BackendUnavailable(f"domain {name} could not be removed", reason="DomainNotRemoved")
     pool = _pool(conn, pool_name)
-    pool.refresh(0)
+    refresh_pool(pool)
     for volume in pool.listAllVolumes(0):
         if volume.name().startswith(volume_prefix):
             volume.delete(0)

@@ -20,10 +20,14 @@ from netbox_device_helpers import (
     without_times,
 )
 
+from capfleet import netbox as netbox_api
+from capfleet.api.netbox import NetboxVirtualMachineSpec
 from capfleet.kube import Kube
 from capfleet_e2e.fixtures import RunOperator
 from capfleet_e2e.netbox.fixtures import NetboxInstance
 from capfleet_e2e.waiting import eventually
+from netbox_device import registering
+from netbox_device.backends.machines import PynetboxMachines
 
 pytestmark = pytest.mark.integration
 
@@ -124,3 +128,52 @@ async def test_missing_cluster_is_a_condition_with_netbox_message(
     obj = await wait_reason(kube, MACHINES, namespace, "lost", "NotFoundInNetBox")
     assert "virtualization/clusters" in (ready(obj) or {})["message"]
     assert netbox.token not in str(obj)
+
+
+@pytest.mark.parametrize("netbox", ["4.4.10"], indirect=True)
+async def test_a_new_vm_is_written_without_reading_back_what_it_cannot_have_yet(
+    netbox: NetboxInstance,
+) -> None:
+    ensure_custom_fields(netbox)
+    netbox.seed(
+        {
+            "tenants": [{"name": "acme", "slug": "acme"}],
+            "cluster_types": [{"name": "kvm", "slug": "kvm"}],
+            "clusters": [{"name": "kvm1", "type": "kvm"}],
+        }
+    )
+    body = vm_body(
+        netbox,
+        "vm-new",
+        interfaces=[{"name": "eth0", "macAddress": "52:54:00:aa:00:07", "addresses": ["10.79.0.7/24"]}],
+    )
+    spec = NetboxVirtualMachineSpec.model_validate(body["spec"])
+    api = netbox_api.open_api(netbox_api.Connection(url=netbox.url, token=netbox.token, ca_bundle=None))
+    machines = PynetboxMachines(api)
+    owner = f"{INSTANCE}/ns/vm-new"
+    netbox.faults.reset_log()
+    vm_id = await registering.register(machines, spec, owner)
+    assert netbox.faults.by_endpoint() == {
+        "GET /api/virtualization/virtual-machines/": 1,  # what the owner holds: nothing
+        "GET /api/virtualization/clusters/": 1,
+        "GET /api/tenancy/tenants/": 1,
+        "POST /api/virtualization/virtual-machines/": 1,
+        "POST /api/virtualization/interfaces/": 1,
+        "POST /api/dcim/mac-addresses/": 1,
+        "PATCH /api/virtualization/interfaces/": 1,
+        "GET /api/ipam/ip-addresses/": 1,  # the address may exist unassigned (a NetboxIPPool's)
+        "POST /api/ipam/ip-addresses/": 1,
+        "PATCH /api/virtualization/virtual-machines/": 1,  # its primary IPv4
+    }
+    netbox.faults.reset_log()
+    assert await registering.register(machines, spec, owner) == vm_id
+    assert netbox.faults.by_endpoint() == {
+        "GET /api/virtualization/virtual-machines/": 1,
+        "GET /api/virtualization/interfaces/": 1,
+        "GET /api/ipam/ip-addresses/": 1,
+    }, "a second pass finds everything in place from three reads and writes nothing"
+    vm = netbox.client.get(f"virtualization/virtual-machines/{vm_id}")
+    (eth0,) = netbox.client.list_all("virtualization/interfaces/", virtual_machine_id=vm_id)
+    assert eth0["mac_address"] == "52:54:00:AA:00:07"
+    (ip,) = netbox.client.list_all("ipam/ip-addresses/", virtual_machine_id=vm_id)
+    assert (ip["address"], vm["primary_ip4"]["id"]) == ("10.79.0.7/24", ip["id"])

@@ -44,33 +44,42 @@ async def resolve(nb: Machines, spec: NetboxVirtualMachineSpec) -> dict[str, int
 
 
 async def register(nb: Machines, spec: NetboxVirtualMachineSpec, owner: str) -> int:
-    """Create or update the VM, its interfaces, MACs and IPs; returns the VM's NetBox id."""
-    vm_id = await upsert_vm(nb, records.vm_fields(spec, owner, await resolve(nb, spec)), owner)
+    """Create or update the VM, its interfaces, MACs and IPs; returns the VM's NetBox id.
+
+    A VM created in this call has nothing on it yet, so what would only confirm that (its interfaces, their
+    MACs, its IPs) is not read: 8 requests for a new VM with one interface and address, instead of 12 (and
+    the look-ups of cluster, role, tenant and site, once per client). A VM found (a later pass, or one after
+    a crash halfway) is checked in full from three reads (the VM, its interfaces, its IPs) while nothing
+    has to change, instead of five."""
+    vm, created = await upsert_vm(nb, records.vm_fields(spec, owner, await resolve(nb, spec)), owner)
+    vm_id = int(vm["id"])
     wanted = {i.name: i for i in spec.interfaces}
-    existing = {str(i["name"]): i for i in await nb.list(INTERFACES, virtual_machine_id=vm_id)}
-    placed = await place_interfaces(nb, vm_id, wanted, existing, owner)
+    existing: dict[str, Record] = {}
+    assigned: list[Record] = []
+    if not created:
+        existing = {str(i["name"]): i for i in await nb.list(INTERFACES, virtual_machine_id=vm_id)}
+        assigned = await nb.list(IPS, virtual_machine_id=vm_id)
+    placed = await place_interfaces(nb, vm_id, wanted, existing, assigned, owner)
     v4, v6 = records.primaries(list(wanted.values()))
     primary = {"primary_ip4": placed.get(v4) if v4 else None, "primary_ip6": placed.get(v6) if v6 else None}
-    vm_now = (await nb.list(VMS, id=vm_id))[0]
-    if records.changes(vm_now, primary):
+    if records.changes(vm, primary):
         await nb.update(VMS, vm_id, primary)
-    await drop_stale_ips(nb, vm_id, set(placed.values()), owner)
+    await drop_stale_ips(nb, assigned, set(placed.values()), owner)
     for name, stale in existing.items():
         if name not in wanted:
             await nb.delete(INTERFACES, int(stale["id"]))
     return vm_id
 
 
-async def upsert_vm(nb: Machines, desired: Mapping[str, Any], owner: str) -> int:
-    """The id of the VM this owner holds, created or brought in step with `desired`."""
+async def upsert_vm(nb: Machines, desired: Mapping[str, Any], owner: str) -> tuple[Record, bool]:
+    """The VM this owner holds, brought in step with `desired`, or created (then True)."""
     vm = await held(nb, owner)
     if vm is None:
-        vm = await nb.create(VMS, desired)
-    else:
-        changed = records.changes(vm, desired)
-        if changed:
-            await nb.update(VMS, int(vm["id"]), changed)
-    return int(vm["id"])
+        return await nb.create(VMS, desired), True
+    changed = records.changes(vm, desired)
+    if changed:
+        await nb.update(VMS, int(vm["id"]), changed)
+    return vm, False
 
 
 async def place_interfaces(
@@ -78,42 +87,64 @@ async def place_interfaces(
     vm_id: int,
     wanted: Mapping[str, VirtualMachineInterface],
     existing: Mapping[str, Record],
+    assigned: list[Record],
     owner: str,
 ) -> dict[str, int]:
-    """Every wanted interface with its MAC and addresses; returns the NetBox id of each address."""
+    """Every wanted interface with its MAC and addresses (`assigned`: the IPs the VM has now); returns the
+    NetBox id of each address."""
     placed: dict[str, int] = {}
     for name, interface in wanted.items():
-        current = existing.get(name) or await nb.create(INTERFACES, {"virtual_machine": vm_id, "name": name})
-        await set_mac(nb, current, interface.mac_address)
+        current = existing.get(name)
+        if current is None:
+            current = await nb.create(INTERFACES, {"virtual_machine": vm_id, "name": name})
+            await set_mac(nb, current, interface.mac_address, new_interface=True)
+        else:
+            await set_mac(nb, current, interface.mac_address)
         for address in interface.addresses:
-            placed[address] = await place_ip(nb, int(current["id"]), address, owner)
+            placed[address] = await place_ip(nb, int(current["id"]), address, owner, assigned)
     return placed
 
 
-async def set_mac(nb: Machines, interface: Record, mac: str | None) -> None:
+async def set_mac(nb: Machines, interface: Record, mac: str | None, new_interface: bool = False) -> None:
+    """The interface's primary MAC: a MAC object of the interface's, found (unless the interface was just
+    created, with none) or created."""
     if not mac or records.mac_of(interface) == mac.upper():
         return
     pk = int(interface["id"])
-    found = [
-        m for m in await nb.list(MACS, vminterface_id=pk) if str(m["mac_address"]).upper() == mac.upper()
-    ]
+    listed = [] if new_interface else await nb.list(MACS, vminterface_id=pk)
+    found = [m for m in listed if str(m["mac_address"]).upper() == mac.upper()]
     mac_object = found[0] if found else await nb.create(MACS, {"mac_address": mac, **records.assignment(pk)})
     await nb.update(INTERFACES, pk, {"primary_mac_address": int(mac_object["id"])})
 
 
-async def place_ip(nb: Machines, interface_id: int, address: str, owner: str) -> int:
-    """The id of `address` on the interface: already there, linked from NetBox, or created."""
+def on_interface(ips: list[Record], interface_id: int, address: str) -> Record | None:
+    """The IP among `ips` that is `address` and assigned to the VM interface, if any."""
+    for ip in ips:
+        if (
+            records.same_address(ip["address"], address)
+            and ip.get("assigned_object_type") == records.VMINTERFACE
+            and ip.get("assigned_object_id") == interface_id
+        ):
+            return ip
+    return None
+
+
+async def place_ip(
+    nb: Machines, interface_id: int, address: str, owner: str, assigned: list[Record] | None = None
+) -> int:
+    """The id of `address` on the interface: already there (among the VM's `assigned` IPs, else looked
+    up), linked from NetBox, or created."""
+    there = on_interface(assigned or [], interface_id, address)
+    if there is not None:
+        return int(there["id"])
     found = [
         ip
         for ip in await nb.list(IPS, address=records.host(address))
         if records.same_address(ip["address"], address)
     ]
-    for ip in found:
-        if (
-            ip.get("assigned_object_type") == records.VMINTERFACE
-            and ip.get("assigned_object_id") == interface_id
-        ):
-            return int(ip["id"])
+    there = on_interface(found, interface_id, address)
+    if there is not None:
+        return int(there["id"])
     free = [ip for ip in found if ip.get("assigned_object_id") is None]
     if free:
         await nb.update(IPS, int(free[0]["id"]), records.assignment(interface_id))
@@ -135,9 +166,10 @@ async def place_ip(nb: Machines, interface_id: int, address: str, owner: str) ->
     return int(created["id"])
 
 
-async def drop_stale_ips(nb: Machines, vm_id: int, keep: set[int], owner: str) -> None:
-    """IPs on the VM's interfaces the spec no longer names: created ones deleted, linked ones unassigned."""
-    for ip in await nb.list(IPS, virtual_machine_id=vm_id):
+async def drop_stale_ips(nb: Machines, assigned: list[Record], keep: set[int], owner: str) -> None:
+    """Of the VM's IPs (`assigned`), those the spec no longer names: created ones deleted, linked ones
+    unassigned."""
+    for ip in assigned:
         if int(ip["id"]) in keep:
             continue
         if ip.get("description") == records.created_mark(owner):
@@ -154,5 +186,5 @@ async def deregister(nb: Machines, owner: str) -> None:
     vm_id = int(vm["id"])
     if vm.get("primary_ip4") or vm.get("primary_ip6"):
         await nb.update(VMS, vm_id, {"primary_ip4": None, "primary_ip6": None})
-    await drop_stale_ips(nb, vm_id, set(), owner)
+    await drop_stale_ips(nb, await nb.list(IPS, virtual_machine_id=vm_id), set(), owner)
     await nb.delete(VMS, vm_id)

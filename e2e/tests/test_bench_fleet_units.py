@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from capfleet.kube import KubeError
 from capfleet_e2e.baremetal.fakeramdisk import fake_systems
 from capfleet_e2e.bench.fleet import (
     HYPERVISOR_POOL,
@@ -17,6 +18,7 @@ from capfleet_e2e.bench.fleet import (
     VM_IMAGE,
     fleet_objects,
     parse_args,
+    patient,
 )
 from capfleet_e2e.bench.fleetfigures import (
     OperatorFigures,
@@ -159,3 +161,31 @@ def test_half_the_workers_are_vms_unless_told_and_never_more_than_all() -> None:
     assert parse_args(["--machines", "10", "--vms", "0"]).vms == 0
     with pytest.raises(SystemExit):
         parse_args(["--machines", "10", "--vms", "11"])
+
+
+def test_the_figures_printed_before_the_deletion_have_no_deletion_row() -> None:
+    fleet = SideResult("capfleet", 10, 30.0, 0.0, {}, idle_writes_per_minute=0)
+    lines = format_results(SideResult("floor", 10, 10.0, 20.0), fleet).splitlines()
+    assert lines[1].split()[-3:] == ["10.0", "30.0", "3.00"]
+    assert not any(line.startswith("time to all deleted") for line in lines)
+
+
+async def test_a_poll_takes_a_busy_api_server_for_not_yet_and_any_other_error_for_an_error() -> None:
+    answers: list[BaseException | bool] = [
+        KubeError(504, "Timeout", "busy"),
+        KubeError(429, "Too", "many"),
+        TimeoutError(),
+        True,
+    ]
+
+    async def probe() -> bool:
+        answer = answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    tolerant = patient(probe)
+    assert [await tolerant() for _ in range(4)] == [False, False, False, True]
+    answers.append(KubeError(403, "Forbidden", "no"))
+    with pytest.raises(KubeError, match="403"):
+        await tolerant()

@@ -80,6 +80,10 @@ def test_a_trees_cpu_counts_live_descendants_and_what_each_reaped_once_by_label(
         (["postgres: netbox netbox 127.0.0.1(45150) idle"], "PostgreSQL"),
         (["/usr/lib/postgresql/15/bin/postgres", "-D", "x"], "PostgreSQL"),
         (["/usr/bin/redis-server 127.0.0.1:52539"], "Redis"),
+        (["sshd: root@notty"], "sshd"),
+        (["/usr/bin/qemu-system-x86_64", "-name", "guest=bench-fleet_x"], "QEMU (VM workers)"),
+        (["qemu-system-x86"], "QEMU (VM workers)"),  # an exited one, by its /proc/<pid>/comm
+        (["/venv/bin/python", "-m", "capfleet_e2e.libvirt.reaper", "ip", "netns"], "QEMU (VM workers)"),
         ([""], "?"),
     ],
 )

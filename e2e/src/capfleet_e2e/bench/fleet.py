@@ -38,7 +38,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,7 @@ import yaml
 
 from capfleet import resources
 from capfleet.api import kinds
-from capfleet.kube import Kube
+from capfleet.kube import Kube, KubeError
 from capfleet_e2e.baremetal.fakeramdisk import FakeRamdisk, boot_env, fake_systems
 from capfleet_e2e.baremetal.netns import PxeNetwork
 from capfleet_e2e.baremetal.redfish import RedfishEmulator
@@ -111,6 +111,24 @@ async def machines_of(kube: Kube, namespace: str) -> list[Obj]:
     return await kube.list(resources.CAPI_MACHINES, namespace)
 
 
+def patient(probe: Callable[[], Awaitable[bool]]) -> Callable[[], Awaitable[bool]]:
+    """`probe`, answering False (not yet) while the API server is too busy to answer: a 5xx or a 429 from
+    it, or no answer in time. The bench's own polls share the API server with both sides; at N = 500 one of
+    them got a 504 while the fleet deleted, which ended the run before it printed anything."""
+
+    async def tolerant() -> bool:
+        try:
+            return await probe()
+        except KubeError as exc:
+            if exc.status >= 500 or exc.status == 429:
+                return False
+            raise
+        except TimeoutError:
+            return False
+
+    return tolerant
+
+
 async def scale_and_time(kube: Kube, namespace: str, replicas: Mapping[str, int], within: float) -> float:
     """Scale each MachineDeployment to its number of `replicas`, at once; seconds until all their workers
     are provisioned."""
@@ -124,7 +142,7 @@ async def scale_and_time(kube: Kube, namespace: str, replicas: Mapping[str, int]
     async def done() -> bool:
         return provisioned_workers(await machines_of(kube, namespace)) >= n
 
-    await eventually(f"{n} provisioned worker Machines", done, within, POLL_SECONDS)
+    await eventually(f"{n} provisioned worker Machines", patient(done), within, POLL_SECONDS)
     return time.monotonic() - started
 
 
@@ -138,7 +156,7 @@ async def delete_and_time(kube: Kube, namespace: str, cluster: str, within: floa
             and await kube.get(resources.CAPI_CLUSTERS, cluster, namespace) is None
         )
 
-    await eventually("every Machine and the Cluster to be gone", gone, within, POLL_SECONDS)
+    await eventually("every Machine and the Cluster to be gone", patient(gone), within, POLL_SECONDS)
     return time.monotonic() - started
 
 
@@ -176,7 +194,10 @@ async def run_floor(cp: ControlPlane, kube: Kube, n: int, within: float) -> Side
             return len(found) == 1 and (found[0].get("status") or {}).get("phase") == "Running"
 
         await eventually(
-            "the floor's control-plane Machine to be Running", control_plane_running, within, POLL_SECONDS
+            "the floor's control-plane Machine to be Running",
+            patient(control_plane_running),
+            within,
+            POLL_SECONDS,
         )
         provisioned = await scale_and_time(kube, namespace, {f"{CLUSTER}-workers": n}, within)
         deleted = await delete_and_time(kube, namespace, CLUSTER, within)
@@ -351,8 +372,16 @@ def samples(processes: Mapping[str, OperatorProcess]) -> dict[str, ProcSample]:
 
 
 async def run_fleet(
-    cp: ControlPlane, kube: Kube, n: int, vms: int, within: float, workdir: Path
+    cp: ControlPlane,
+    kube: Kube,
+    n: int,
+    vms: int,
+    within: float,
+    workdir: Path,
+    scaled_up: Callable[[SideResult], None] = lambda _: None,
 ) -> SideResult:
+    """capfleet's side; `scaled_up` gets the figures of the scale-up and the quiet minute as soon as they are
+    known, before the deletion (which may fail on its own)."""
     namespace = "bench-fleet"
     cp.kubectl("create", "namespace", namespace)
     systems = fake_systems(n - vms + 1, "srv")
@@ -388,7 +417,7 @@ async def run_fleet(
         try:
             await eventually(
                 "the control-plane Machine to be provisioned",
-                lambda: control_plane_provisioned(kube, namespace),
+                patient(lambda: control_plane_provisioned(kube, namespace)),
                 within,
                 POLL_SECONDS,
             )
@@ -397,7 +426,7 @@ async def run_fleet(
         workload.upload_kubeadm_config()  # what `kubeadm init` would have done on it
         await eventually(
             "the Hypervisor to be Ready",
-            lambda: hypervisor_ready(kube, hypervisor_name),
+            patient(lambda: hypervisor_ready(kube, hypervisor_name)),
             within,
             POLL_SECONDS,
         )
@@ -427,6 +456,9 @@ async def run_fleet(
         before = samples(processes)
         for op, sample in before.items():
             figures[op].idle_rss_mib = sample.rss_bytes / 2**20
+        scale_up = SideResult("capfleet", n, provisioned, 0.0, figures, idle, {}, netbox_requests)
+        scale_up.cpu, scale_up.cores, scale_up.vms = cpu, os.cpu_count(), vms
+        scaled_up(scale_up)
         netbox_before, cpu_before = netbox.faults.count(), read_cpu_by_label(os.getpid())
         deleted = await delete_and_time(kube, namespace, CLUSTER, within)
         deleting_events, _ = cp.audit_events(offset)
@@ -476,7 +508,12 @@ async def bench(
     with ControlPlane() as cp, CapiManagers(cp):
         async with Kube.connect("capfleet-bench", str(cp.kubeconfig)) as kube:
             floor = await run_floor(cp, kube, n, within)
-            fleet = await run_fleet(cp, kube, n, n // 2 if vms is None else vms, within, workdir)
+            vm_count = n // 2 if vms is None else vms
+
+            def scaled_up(partial: SideResult) -> None:
+                print(f"{format_results(floor, partial)}\n(the deletion follows)\n", flush=True)
+
+            fleet = await run_fleet(cp, kube, n, vm_count, within, workdir, scaled_up)
     return floor, fleet
 
 

@@ -59,6 +59,7 @@ def parse_tree_stat(stat: str, ticks_per_second: int) -> tuple[int, float]:
 PROCESS_NAMES = {
     "gunicorn": "NetBox",
     "redis-server": "Redis",
+    "sshd:": "sshd",  # a session's process names itself "sshd: root@notty"
     "capfleet_e2e.bench.fleet": "bench (proxy, fake ramdisk, polls)",
     "qemu-system-x86_64": "QEMU (VM workers)",
     "qemu-system-x86": "QEMU (VM workers)",  # /proc/<pid>/comm keeps 15 characters

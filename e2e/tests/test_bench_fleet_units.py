@@ -10,22 +10,21 @@ import pytest
 
 from capfleet.kube import KubeError
 from capfleet_e2e.baremetal.fakeramdisk import fake_systems
-from capfleet_e2e.bench.fleet import (
-    HYPERVISOR_POOL,
-    METAL_DEPLOYMENT,
-    NETBOX_VM_CLUSTER,
-    VM_DEPLOYMENT,
-    VM_IMAGE,
-    fleet_objects,
-    parse_args,
-    patient,
-)
+from capfleet_e2e.bench.fleet import parse_args, patient
 from capfleet_e2e.bench.fleetfigures import (
     OperatorFigures,
     SideResult,
     format_results,
     provisioned_workers,
     writes_of,
+)
+from capfleet_e2e.bench.fleetlab import (
+    HYPERVISOR_POOL,
+    METAL_DEPLOYMENT,
+    NETBOX_VM_CLUSTER,
+    VM_DEPLOYMENT,
+    VM_IMAGE,
+    fleet_objects,
 )
 
 

@@ -56,7 +56,7 @@ from capfleet_e2e.bench.fleetfigures import (
 )
 from capfleet_e2e.bench.fleetlab import (
     CLUSTER,
-    HYPERVISOR_POOL,
+    HYPERVISOR_LABELS,
     LIBVIRT_ENV,
     METAL_DEPLOYMENT,
     VM_DEPLOYMENT,
@@ -281,8 +281,7 @@ async def run_fleet(
         workload = stack.enter_context(WorkloadAPIServer(cp, CLUSTER))
         network, hypervisor = stack.enter_context(hypervisor_lab())
         seed_servers(netbox, systems, f"127.0.0.1:{bmc.port}")
-        labels = {"capfleet.dev/hypervisor-pool": HYPERVISOR_POOL}
-        hypervisor_name = await register_hypervisor(kube, namespace, hypervisor, labels=labels)
+        hypervisor_name = await register_hypervisor(kube, namespace, hypervisor, labels=HYPERVISOR_LABELS)
         credentials = {
             "username": bmc.username,
             "password": bmc.password,
@@ -339,9 +338,12 @@ async def run_fleet(
         before = samples(processes)
         for op, sample in before.items():
             figures[op].idle_rss_mib = sample.rss_bytes / 2**20
-        scale_up = SideResult("capfleet", n, provisioned, 0.0, figures, idle, {}, netbox_requests)
-        scale_up.cpu, scale_up.cores, scale_up.vms = cpu, os.cpu_count(), vms
-        scaled_up(scale_up)
+        scaled_up(
+            SideResult(
+                "capfleet", n, provisioned, 0.0, figures, idle,
+                netbox_requests=netbox_requests, cpu=cpu, cores=os.cpu_count(), vms=vms,
+            )
+        )  # fmt: skip
         netbox_before, cpu_before = netbox.faults.count(), read_cpu_by_label(os.getpid())
         deleted = await delete_and_time(kube, namespace, CLUSTER, within)
         deleting_events, _ = cp.audit_events(offset)

@@ -30,6 +30,7 @@ TEMPLATE = Path("deploy") / "clusterctl" / "cluster-template-baremetal.yaml"
 VM_TEMPLATE = Path("deploy") / "clusterctl" / "cluster-template-vm.yaml"
 METAL_DEPLOYMENT, VM_DEPLOYMENT = f"{CLUSTER}-md-0", f"{CLUSTER}-md-vm"
 HYPERVISOR_POOL = "bench"
+HYPERVISOR_LABELS = {"capfleet.dev/hypervisor-pool": HYPERVISOR_POOL}
 VM_IMAGE = "capfleet-halt.raw"
 NETBOX_VM_CLUSTER = "bench-vms"
 POOL_MIB = 1024
@@ -116,9 +117,7 @@ def fleet_objects(workload: WorkloadAPIServer, network: PxeNetwork) -> list[Obj]
     objects = [o for o in yaml.safe_load_all(render((repo_root() / TEMPLATE).read_text(), variables)) if o]
     for obj in objects:
         if obj["kind"] == "HybridCluster":
-            obj["spec"]["hypervisorSelector"] = {
-                "matchLabels": {"capfleet.dev/hypervisor-pool": HYPERVISOR_POOL}
-            }
+            obj["spec"]["hypervisorSelector"] = {"matchLabels": HYPERVISOR_LABELS}
             obj["spec"]["netbox"]["cluster"] = NETBOX_VM_CLUSTER
     worker_kinds = {"MachineDeployment", "HybridMachineTemplate", "KubeadmConfigTemplate"}
     vm_docs = yaml.safe_load_all(render((repo_root() / VM_TEMPLATE).read_text(), variables))

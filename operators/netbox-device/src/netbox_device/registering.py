@@ -95,11 +95,10 @@ async def place_interfaces(
     placed: dict[str, int] = {}
     for name, interface in wanted.items():
         current = existing.get(name)
+        new = current is None
         if current is None:
             current = await nb.create(INTERFACES, {"virtual_machine": vm_id, "name": name})
-            await set_mac(nb, current, interface.mac_address, new_interface=True)
-        else:
-            await set_mac(nb, current, interface.mac_address)
+        await set_mac(nb, current, interface.mac_address, new_interface=new)
         for address in interface.addresses:
             placed[address] = await place_ip(nb, int(current["id"]), address, owner, assigned)
     return placed
@@ -129,12 +128,10 @@ def on_interface(ips: list[Record], interface_id: int, address: str) -> Record |
     return None
 
 
-async def place_ip(
-    nb: Machines, interface_id: int, address: str, owner: str, assigned: list[Record] | None = None
-) -> int:
+async def place_ip(nb: Machines, interface_id: int, address: str, owner: str, assigned: list[Record]) -> int:
     """The id of `address` on the interface: already there (among the VM's `assigned` IPs, else looked
     up), linked from NetBox, or created."""
-    there = on_interface(assigned or [], interface_id, address)
+    there = on_interface(assigned, interface_id, address)
     if there is not None:
         return int(there["id"])
     found = [

@@ -81,8 +81,8 @@ def kvm_offered(conn: Any) -> bool:
 
 def refresh_pool(pool: Any) -> None:
     """Re-read the pool's volumes and sizes from its storage. libvirt refuses while any volume of the pool is
-    being built or uploaded (a VM's seed, say: hundreds at once in a burst), with no error code of its own;
-    then what the pool last read stands, which the next refresh corrects."""
+    being built (a VM's disk cloned, say: hundreds at once in a burst), with no error code of its own; then
+    what the pool last read stands, which the next refresh corrects."""
     try:
         pool.refresh(0)
     except libvirt.libvirtError as e:

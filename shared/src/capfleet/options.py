@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from capfleet import ownership
 
@@ -22,6 +22,11 @@ class Identity:
 
     name: str
     quiet_marks: tuple[str, ...] = ()
+    quiet_marks_by_kind: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
+    """Quiet marks on objects of one kind only (by `kind`)."""
+    quiet_fields: tuple[tuple[str, ...], ...] = ()
+    """Fields (paths such as ("spec", "hypervisorName")) that only its reconcile sets, once, and follows in
+    the same pass: their writes need not wake it either."""
 
     @property
     def finalizer(self) -> str:

@@ -70,13 +70,21 @@ def configure(
     # What saves those patches is fewer handlings: a quiet mark (one the reconcile wrote itself, or one
     # it never decides on) is left out of what kopf compares, so writing it wakes no handler (and needs
     # no record).
-    recorded = kopf.AnnotationsDiffBaseStorage(
+    recorded = persistence.RecordedSpec(
         prefix=identity.annotation_prefix,
         key=HANDLED_KEY,
         ignored_fields=[
-            ("metadata", "annotations", mark)
-            for mark in (secretholds.HELD_ANNOTATION, secretholds.LET_GO_ANNOTATION, *identity.quiet_marks)
+            *(
+                ("metadata", "annotations", mark)
+                for mark in (
+                    secretholds.HELD_ANNOTATION,
+                    secretholds.LET_GO_ANNOTATION,
+                    *identity.quiet_marks,
+                )
+            ),
+            *identity.quiet_fields,
         ],
+        quiet_by_kind=identity.quiet_marks_by_kind,
     )
     settings.persistence.diffbase_storage = (
         recorded if handled is None else persistence.SelfRecordingDiffBase(recorded, handled)

@@ -13,14 +13,18 @@ import kopf
 
 from capfleet import runtime
 from capfleet.api import kinds
-from netbox_device import device_claims, vm_serving
+from netbox_device import device_claims, selection, vm_serving
 from netbox_device.contexts import SHARED_KEY, Context, Shared
 
-# No own marks: the pass that follows the owner-instance annotation's write re-reads the device the claim
-# holds, which on NetBox before 4.6 (no If-Match) is what finds a claim another management cluster took
-# over after the read-back (test_two_management_clusters: with that mark left out, a lost claim stayed
-# Claimed).
-IDENTITY = runtime.Identity("netbox-device")
+# The owner-instance annotation is a quiet mark on VM records only. On a NetboxDevice, the pass that
+# follows its write re-reads the device the claim holds, which on NetBox before 4.6 (no If-Match) is what
+# finds a claim another management cluster took over after the read-back (test_two_management_clusters:
+# with that mark left out, a lost claim stayed Claimed). A VM record is nobody else's to take, and that
+# pass only re-read it: three NetBox reads and a kopf record per VM.
+IDENTITY = runtime.Identity(
+    "netbox-device",
+    quiet_marks_by_kind={kinds.NETBOX_VIRTUAL_MACHINE.kind: (selection.OWNER_INSTANCE,)},
+)
 DEVICES = kinds.NETBOX_DEVICE.resource.watch
 MACHINES = kinds.NETBOX_VIRTUAL_MACHINE.resource.watch
 runtime.count_phases(kinds.NETBOX_DEVICE.resource)
@@ -42,9 +46,9 @@ async def claim_device(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
 
 
 def handled_once(annotations: kopf.Annotations, **_: Any) -> bool:
-    """Whether the claim handler has run to the end once: before that, it is the one to find or claim the
-    device, and a repair at every event of a claim in progress (each one a listing in NetBox) only loads
-    NetBox (319 listings for 100 claims at once in make bench-fleet)."""
+    """Whether the reconcile has run to the end once: before that, it is the one to find or claim the
+    device (register the VM), and a repair at every event of one in progress (each one a listing in
+    NetBox) only loads NetBox (319 listings for 100 claims at once in make bench-fleet; two per new VM)."""
     return IDENTITY.handled_annotation in annotations
 
 
@@ -69,7 +73,7 @@ async def register_machine(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     await vm_serving.serve(Context.from_memo(memo), body)
 
 
-@kopf.on.event(*MACHINES)
+@kopf.on.event(*MACHINES, when=handled_once)
 async def repair_machine_status(type: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     if type in {"ADDED", "MODIFIED"}:
         await vm_serving.repair(Context.from_memo(memo), body)

@@ -31,6 +31,20 @@ async def held(nb: Machines, owner: str) -> Record | None:
     return min(owned, key=lambda vm: int(vm["id"])) if owned else None
 
 
+class Holdings:
+    """The VM each owner holds, asked of NetBox once per pass: settling the owner (`Context.settled_owner`)
+    and registering under it ask the same question."""
+
+    def __init__(self, nb: Machines) -> None:
+        self.nb = nb
+        self._answers: dict[str, Record | None] = {}
+
+    async def held(self, owner: str) -> Record | None:
+        if owner not in self._answers:
+            self._answers[owner] = await held(self.nb, owner)
+        return self._answers[owner]
+
+
 async def resolve(nb: Machines, spec: NetboxVirtualMachineSpec) -> dict[str, int | None]:
     ids: dict[str, int | None] = {}
     ids["cluster"] = await nb.lookup("virtualization/clusters", name=spec.cluster) if spec.cluster else None
@@ -43,7 +57,9 @@ async def resolve(nb: Machines, spec: NetboxVirtualMachineSpec) -> dict[str, int
     return ids
 
 
-async def register(nb: Machines, spec: NetboxVirtualMachineSpec, owner: str) -> int:
+async def register(
+    nb: Machines, spec: NetboxVirtualMachineSpec, owner: str, holdings: Holdings | None = None
+) -> int:
     """Create or update the VM, its interfaces, MACs and IPs; returns the VM's NetBox id.
 
     A VM created in this call has nothing on it yet, so what would only confirm that (its interfaces, their
@@ -51,7 +67,8 @@ async def register(nb: Machines, spec: NetboxVirtualMachineSpec, owner: str) -> 
     the look-ups of cluster, role, tenant and site, once per client). A VM found (a later pass, or one after
     a crash halfway) is checked in full from three reads (the VM, its interfaces, its IPs) while nothing
     has to change, instead of five."""
-    vm, created = await upsert_vm(nb, records.vm_fields(spec, owner, await resolve(nb, spec)), owner)
+    desired = records.vm_fields(spec, owner, await resolve(nb, spec))
+    vm, created = await upsert_vm(nb, desired, owner, holdings or Holdings(nb))
     vm_id = int(vm["id"])
     wanted = {i.name: i for i in spec.interfaces}
     existing: dict[str, Record] = {}
@@ -71,9 +88,11 @@ async def register(nb: Machines, spec: NetboxVirtualMachineSpec, owner: str) -> 
     return vm_id
 
 
-async def upsert_vm(nb: Machines, desired: Mapping[str, Any], owner: str) -> tuple[Record, bool]:
+async def upsert_vm(
+    nb: Machines, desired: Mapping[str, Any], owner: str, holdings: Holdings
+) -> tuple[Record, bool]:
     """The VM this owner holds, brought in step with `desired`, or created (then True)."""
-    vm = await held(nb, owner)
+    vm = await holdings.held(owner)
     if vm is None:
         return await nb.create(VMS, desired), True
     changed = records.changes(vm, desired)

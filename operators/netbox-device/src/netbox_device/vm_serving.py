@@ -27,8 +27,9 @@ def registered(vm_id: int) -> tuple[dict[str, Any], Update]:
 
 async def register(ctx: Context, vm: NetboxVirtualMachine) -> tuple[dict[str, Any], Update]:
     nb = await ctx.machines(vm)
-    owner = await ctx.settled_owner(RESOURCE, vm, lambda owner: registering.held(nb, owner))
-    return registered(await registering.register(nb, vm.spec, owner))
+    holdings = registering.Holdings(nb)
+    owner = await ctx.settled_owner(RESOURCE, vm, holdings.held)
+    return registered(await registering.register(nb, vm.spec, owner, holdings))
 
 
 async def serve(ctx: Context, body: Mapping[str, Any]) -> None:

@@ -22,6 +22,7 @@ from capfleet.api.libvirt import Hypervisor
 from capfleet.kube import Kube, Obj
 from capfleet.sshlibvirt import SSHTarget
 from libvirt_vm.backends.connections import Pool
+from libvirt_vm.placements import Placements
 from libvirt_vm.placing import Demand
 from libvirt_vm.settings import LibvirtSettings
 
@@ -44,6 +45,8 @@ class Shared:
     quota_dirty: set[str] = field(default_factory=set)
     quota_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     counted_vms: dict[str, Demand] = field(default_factory=dict)
+    placements: Placements = field(default_factory=lambda: Placements({}))
+    """Every placed LibvirtVM (from the watch's index, set at startup), for placement and counting."""
 
 
 @dataclass

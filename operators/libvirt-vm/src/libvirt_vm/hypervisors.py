@@ -8,15 +8,14 @@ retries anyway and a refused host key needs a person, not a storm of reconnects.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 from capfleet import conditions, errors
 from capfleet.api import kinds
-from capfleet.api.libvirt import Capacity, Hypervisor, LibvirtVM
+from capfleet.api.libvirt import Capacity, Hypervisor
 from capfleet.conditions import Update
-from libvirt_vm import placing
+from libvirt_vm import placements, placing
 from libvirt_vm.backends import hosts
 from libvirt_vm.contexts import HYPERVISORS, VMS, Context, ssh_target
 from libvirt_vm.settings import LibvirtSettings
@@ -26,40 +25,9 @@ STEPS = [REACHABLE]
 IN_USE = "InUse"
 
 
-def demand_of(vm: LibvirtVM) -> placing.Demand:
-    spec = vm.spec
-    return placing.Demand(
-        spec.vcpus, spec.memory_mib, sum(d.size_gib for d in spec.disks), spec.anti_affinity_key
-    )
-
-
-@dataclass(frozen=True)
-class PlacedVM:
-    namespace: str
-    hypervisor: str
-    demand: placing.Demand
-
-
-def placed(vm_bodies: Iterable[Mapping[str, Any]]) -> list[PlacedVM]:
-    """The LibvirtVMs placed on some hypervisor (deleting ones included: they hold their domains yet),
-    with what each asks for."""
-    found = []
-    for body in vm_bodies:
-        vm = kinds.LIBVIRT_VM.parse(body)
-        if vm.spec.hypervisor_name:
-            found.append(
-                PlacedVM(str(vm.metadata.get("namespace", "")), vm.spec.hypervisor_name, demand_of(vm))
-            )
-    return found
-
-
-def on_hypervisors(vms: Iterable[PlacedVM]) -> list[tuple[str, placing.Demand]]:
-    return [(vm.hypervisor, vm.demand) for vm in vms]
-
-
-async def placed_vms(ctx: Context) -> list[tuple[str, placing.Demand]]:
+def placed_vms(ctx: Context) -> list[tuple[str, placing.Demand]]:
     """Every LibvirtVM placed on some hypervisor, with what it asks for."""
-    return on_hypervisors(placed(await ctx.kube.list(VMS)))
+    return placements.on_hypervisors(ctx.shared.placements.all())
 
 
 def capacity_fields(found: hosts.HostFacts, used: placing.Demand) -> dict[str, Any]:
@@ -108,7 +76,7 @@ async def reconcile(ctx: Context, body: Mapping[str, Any]) -> None:
         unreachable = Update.false(REACHABLE, exc.reason, exc.message)
         await ctx.write_status(HYPERVISORS, body, {}, [unreachable], STEPS)
         return
-    used = placing.used_by(await placed_vms(ctx), name)
+    used = placing.used_by(placed_vms(ctx), name)
     update = Update.true(REACHABLE, "Connected", f"libvirt {found.libvirt_version} over SSH")
     await ctx.write_status(HYPERVISORS, body, capacity_fields(found, used), [update], STEPS)
 

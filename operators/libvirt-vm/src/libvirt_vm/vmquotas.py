@@ -2,10 +2,11 @@
 
 Placement (`vms.place`) calls `admit` under its lock, so the counts it reads include every VM placed
 before; a VM that does not fit waits with `QuotaExceeded` and is tried again within seconds, so it is
-placed soon after room frees up. Status is a cache: `refresh` counts the namespace's VMs again and writes
-each quota's status only when it differs. Events of VMQuotas and LibvirtVMs ask for a refresh, and
-concurrent asks for one namespace fold into at most one more run (`refresh_soon`). VMQuotas carry no
-finalizer and no annotation of this operator's: deleting one never waits for anything.
+placed soon after room frees up. Status is a cache: `refresh` counts the namespace's VMs again (from the
+index of placed VMs, `placements`) and writes each quota's status only when it differs. Events of
+VMQuotas and LibvirtVMs ask for a refresh, and concurrent asks for one namespace fold into at most one
+more run (`refresh_soon`). VMQuotas carry no finalizer and no annotation of this operator's: deleting
+one never waits for anything.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from typing import Any
 from capfleet import errors
 from capfleet.api import kinds
 from capfleet.api.libvirt import QuotaLimits, QuotaUsage
-from libvirt_vm import hypervisors, placing, quotas
-from libvirt_vm.contexts import VMS, Context
+from libvirt_vm import placements, placing, quotas
+from libvirt_vm.contexts import Context
 
 QUOTAS = kinds.VM_QUOTA.resource
 
@@ -37,12 +38,12 @@ async def limits_in(ctx: Context, namespace: str) -> list[tuple[str, QuotaLimits
     return [(body["metadata"]["name"], kinds.VM_QUOTA.parse(body).spec.hard) for body in found]
 
 
-def used_by(vms: Iterable[hypervisors.PlacedVM], namespace: str) -> QuotaUsage:
+def used_by(vms: Iterable[placements.PlacedVM], namespace: str) -> QuotaUsage:
     return quotas.usage([vm.demand for vm in vms if vm.namespace == namespace])
 
 
 async def admit(
-    ctx: Context, namespace: str, demand: placing.Demand, placed: Iterable[hypervisors.PlacedVM]
+    ctx: Context, namespace: str, demand: placing.Demand, placed: Iterable[placements.PlacedVM]
 ) -> None:
     """Nothing if `demand` fits under every quota of `namespace`, given the VMs `placed` now; QuotaExceeded
     naming each limit it would cross otherwise. Call it under the placement lock."""
@@ -66,7 +67,7 @@ async def refresh(ctx: Context, namespace: str) -> None:
     found = await ctx.kube.list(QUOTAS, namespace)
     if not found:
         return
-    used = used_by(hypervisors.placed(await ctx.kube.list(VMS, namespace)), namespace)
+    used = used_by(ctx.shared.placements.all(), namespace)
     for body in found:
         wanted = status_of(kinds.VM_QUOTA.parse(body).spec.hard, used)
         current = body.get("status") or {}
@@ -99,7 +100,7 @@ def changes_usage(ctx: Context, event_type: str | None, body: Mapping[str, Any])
     vm = kinds.LIBVIRT_VM.parse(body)
     if not vm.spec.hypervisor_name:
         return False
-    demand = hypervisors.demand_of(vm)
+    demand = placements.demand_of(vm)
     if seen.get(key) == demand:
         return False
     seen[key] = demand

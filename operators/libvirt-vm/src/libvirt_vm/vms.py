@@ -21,7 +21,7 @@ from capfleet.api import kinds
 from capfleet.api.libvirt import Hypervisor, LibvirtVM
 from capfleet.conditions import Update
 from capfleet.sshlibvirt import SSHTarget
-from libvirt_vm import domains, hypervisors, names, placing, seeding, vmquotas
+from libvirt_vm import domains, hypervisors, names, placements, placing, seeding, vmquotas
 from libvirt_vm.backends import hosts
 from libvirt_vm.contexts import HYPERVISORS, VMS, Context, secret_value, ssh_target
 
@@ -64,8 +64,8 @@ async def place(ctx: Context, vm: LibvirtVM, owner: domains.Owner) -> str:
             already = kinds.LIBVIRT_VM.parse(current).spec.hypervisor_name
             if already:
                 return already
-        demand = hypervisors.demand_of(vm)
-        placed = hypervisors.placed(await ctx.kube.list(VMS))
+        demand = placements.demand_of(vm)
+        placed = ctx.shared.placements.all()
         await vmquotas.admit(ctx, owner.namespace, demand, placed)
         candidates = [
             hypervisors.candidate(kinds.HYPERVISOR.parse(h), ctx.settings)
@@ -73,11 +73,14 @@ async def place(ctx: Context, vm: LibvirtVM, owner: domains.Owner) -> str:
             if not h["metadata"].get("deletionTimestamp")
         ]
         request = placing.Request(demand, vm.spec.hypervisor_selector.match_labels, vm.spec.failure_domain)
-        decision = placing.place(request, candidates, hypervisors.on_hypervisors(placed))
+        decision = placing.place(request, candidates, placements.on_hypervisors(placed))
         if decision.hypervisor is None:
             raise errors.Waiting(decision.message, reason=decision.reason)
         patch = {"spec": {"hypervisorName": decision.hypervisor}}
         await ctx.kube.patch(VMS, owner.name, patch, owner.namespace)
+        ctx.shared.placements.placing(
+            placements.PlacedVM(owner.namespace, owner.name, decision.hypervisor, demand)
+        )
         return decision.hypervisor
 
 

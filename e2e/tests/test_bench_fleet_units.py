@@ -15,6 +15,7 @@ from capfleet_e2e.bench.fleetfigures import (
     OperatorFigures,
     SideResult,
     format_results,
+    netbox_spent,
     provisioned_workers,
     writes_of,
 )
@@ -122,6 +123,29 @@ def test_netbox_requests_and_the_labs_cpu_by_process_get_lines_per_phase() -> No
     ]
     idle = lines.index("idle writes per minute once converged: 0")
     assert lines.index("NetBox: 9.00 requests/machine") == idle - 2
+
+
+def test_netbox_requests_are_told_by_endpoint_with_object_ids_folded_most_first() -> None:
+    before = {"GET /api/dcim/devices/": 5, "PATCH /api/dcim/devices/7/": 1}
+    after = {
+        **before,
+        "GET /api/dcim/devices/": 9,
+        "PATCH /api/dcim/devices/8/": 1,
+        "PATCH /api/dcim/devices/9/": 1,
+        "POST /api/virtualization/virtual-machines/": 6,
+    }
+    spent = netbox_spent(before, after)
+    assert list(spent.items()) == [
+        ("POST virtualization/virtual-machines", 6),
+        ("GET dcim/devices", 4),
+        ("PATCH dcim/devices/{id}", 2),
+    ]
+    fleet = SideResult("capfleet", 2, 60.0, 0.0, {}, netbox_by_request=spent)
+    lines = format_results(SideResult("floor", 2, 40.0, 0.0), fleet).splitlines()
+    assert lines[-1] == (
+        "  NetBox: POST virtualization/virtual-machines 3.00, GET dcim/devices 2.00, "
+        "PATCH dcim/devices/{id} 1.00"
+    )
 
 
 def test_fake_servers_have_distinct_names_uuids_and_macs() -> None:

@@ -51,6 +51,7 @@ from capfleet_e2e.bench.fleetfigures import (
     SideResult,
     format_results,
     is_write,
+    netbox_spent,
     provisioned_workers,
     writes_of,
 )
@@ -315,7 +316,7 @@ async def run_fleet(
 
         _, offset = cp.audit_events()
         before = samples(processes)
-        netbox_before, cpu_before = netbox.faults.count(), read_cpu_by_label(os.getpid())
+        netbox_before, cpu_before = netbox.faults.by_endpoint(), read_cpu_by_label(os.getpid())
         try:
             replicas = {METAL_DEPLOYMENT: n - vms, VM_DEPLOYMENT: vms}
             provisioned = await scale_and_time(kube, namespace, replicas, within)
@@ -327,7 +328,7 @@ async def run_fleet(
             ) from exc
         events, offset = cp.audit_events(offset)
         figures = operator_figures(events, before, samples(processes))
-        netbox_requests = netbox.faults.count() - netbox_before
+        netbox_by_request = netbox_spent(netbox_before, netbox.faults.by_endpoint())
         cpu = cpu_since(read_cpu_by_label(os.getpid()), cpu_before)
 
         users = [service_account_user(op) for op in processes]
@@ -341,14 +342,15 @@ async def run_fleet(
         scaled_up(
             SideResult(
                 "capfleet", n, provisioned, 0.0, figures, idle,
-                netbox_requests=netbox_requests, cpu=cpu, cores=os.cpu_count(), vms=vms,
+                netbox_requests=sum(netbox_by_request.values()), cpu=cpu, cores=os.cpu_count(), vms=vms,
+                netbox_by_request=netbox_by_request,
             )
         )  # fmt: skip
-        netbox_before, cpu_before = netbox.faults.count(), read_cpu_by_label(os.getpid())
+        netbox_before, cpu_before = netbox.faults.by_endpoint(), read_cpu_by_label(os.getpid())
         deleted = await delete_and_time(kube, namespace, CLUSTER, within)
         deleting_events, _ = cp.audit_events(offset)
         deletion = operator_figures(deleting_events, before, samples(processes))
-        netbox_requests_deleting = netbox.faults.count() - netbox_before
+        netbox_deleting = netbox_spent(netbox_before, netbox.faults.by_endpoint())
         cpu_deleting = cpu_since(read_cpu_by_label(os.getpid()), cpu_before)
     return SideResult(
         "capfleet",
@@ -358,12 +360,14 @@ async def run_fleet(
         figures,
         idle,
         deletion,
-        netbox_requests,
-        netbox_requests_deleting,
-        cpu,
-        cpu_deleting,
-        os.cpu_count(),
-        vms,
+        netbox_requests=sum(netbox_by_request.values()),
+        netbox_requests_deleting=sum(netbox_deleting.values()),
+        netbox_by_request=netbox_by_request,
+        netbox_by_request_deleting=netbox_deleting,
+        cpu=cpu,
+        cpu_deleting=cpu_deleting,
+        cores=os.cpu_count(),
+        vms=vms,
     )
 
 

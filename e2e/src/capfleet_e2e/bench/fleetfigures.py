@@ -4,6 +4,8 @@ fleet) so they are unit-tested without one."""
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,11 +46,29 @@ class SideResult:
     # of every process of the lab by what it is (the API server, NetBox, …), over each phase.
     netbox_requests: int | None = None
     netbox_requests_deleting: int | None = None
+    # "GET virtualization/virtual-machines" -> how many: where NetBox's requests went, over each phase.
+    netbox_by_request: dict[str, int] = field(default_factory=dict)
+    netbox_by_request_deleting: dict[str, int] = field(default_factory=dict)
     cpu: dict[str, float] = field(default_factory=dict)
     cpu_deleting: dict[str, float] = field(default_factory=dict)
     cores: int | None = None
     vms: int = 0
     """How many of the worker Machines are VMs (the rest are bare-metal servers)."""
+
+
+NETBOX_OBJECT_ID = re.compile(r"/\d+(?=/|$)")
+
+
+def netbox_spent(before: Mapping[str, int], after: Mapping[str, int]) -> dict[str, int]:
+    """The requests NetBox served between two readings of the lab proxy's counts ("GET /api/dcim/
+    devices/12/" -> how many), by method and endpoint with object ids folded ("GET dcim/devices/{id}"),
+    most first."""
+    spent: Counter[str] = Counter()
+    for request, count in after.items():
+        method, _, path = request.partition(" ")
+        endpoint = NETBOX_OBJECT_ID.sub("/{id}", path.removeprefix("/api/").rstrip("/"))
+        spent[f"{method} {endpoint}"] += count - before.get(request, 0)
+    return {request: count for request, count in spent.most_common() if count > 0}
 
 
 def writes_of(events: Iterable[Obj], username: str) -> int:
@@ -90,6 +110,7 @@ def format_results(floor: SideResult, fleet: SideResult) -> str:
     lines.append("")
     lines.append("writes per machine, by request:")
     lines += _spent(fleet.operators, n)
+    lines += _netbox_spent(fleet.netbox_by_request, n)
     if fleet.deletion:
         lines.append("")
         lines += _per_operator("deleting (N + 1 machines)", fleet.deletion, n + 1, peak_rss=False)
@@ -98,6 +119,7 @@ def format_results(floor: SideResult, fleet: SideResult) -> str:
         )
         lines.append("writes per machine while deleting, by request:")
         lines += _spent(fleet.deletion, n + 1)
+        lines += _netbox_spent(fleet.netbox_by_request_deleting, n + 1)
     return "\n".join(lines)
 
 
@@ -145,3 +167,10 @@ def _spent(operators: Mapping[str, OperatorFigures], machines: int) -> list[str]
         )
         lines.append(f"  {name}: {spent or 'none'}")
     return lines
+
+
+def _netbox_spent(by_request: Mapping[str, int], machines: int) -> list[str]:
+    if not by_request:
+        return []
+    spent = ", ".join(f"{request} {count / machines:.2f}" for request, count in by_request.items())
+    return [f"  NetBox: {spent}"]

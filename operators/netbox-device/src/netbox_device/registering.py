@@ -8,7 +8,7 @@ linked ones are unassigned first, because deleting a VM deletes every IP assigne
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from capfleet import errors
@@ -26,22 +26,30 @@ VMS, INTERFACES, IPS, MACS = (
 
 
 async def held(nb: Machines, owner: str) -> Record | None:
-    found = await nb.list(VMS, **{f"cf_{OWNER_FIELD}": owner})
-    owned = [vm for vm in found if (vm.get("custom_fields") or {}).get(OWNER_FIELD) == owner]
-    return min(owned, key=lambda vm: int(vm["id"])) if owned else None
+    return await Holdings(nb).held(owner)
 
 
 class Holdings:
     """The VM each owner holds, asked of NetBox once per pass: settling the owner (`Context.settled_owner`)
-    and registering under it ask the same question."""
+    and registering under it ask the same question, and the owners a new record may hold something under
+    (`Context.possible_owners`) are asked in one listing."""
 
     def __init__(self, nb: Machines) -> None:
         self.nb = nb
         self._answers: dict[str, Record | None] = {}
 
+    async def ask(self, owners: Sequence[str]) -> None:
+        wanted = [owner for owner in dict.fromkeys(owners) if owner not in self._answers]
+        if not wanted:
+            return
+        # NetBox ORs the repeated values of a text custom field's filter.
+        found = await self.nb.list(VMS, **{f"cf_{OWNER_FIELD}": wanted if len(wanted) > 1 else wanted[0]})
+        for owner in wanted:
+            owned = [vm for vm in found if (vm.get("custom_fields") or {}).get(OWNER_FIELD) == owner]
+            self._answers[owner] = min(owned, key=lambda vm: int(vm["id"])) if owned else None
+
     async def held(self, owner: str) -> Record | None:
-        if owner not in self._answers:
-            self._answers[owner] = await held(self.nb, owner)
+        await self.ask([owner])
         return self._answers[owner]
 
 

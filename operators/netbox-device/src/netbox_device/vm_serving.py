@@ -28,6 +28,7 @@ def registered(vm_id: int) -> tuple[dict[str, Any], Update]:
 async def register(ctx: Context, vm: NetboxVirtualMachine) -> tuple[dict[str, Any], Update]:
     nb = await ctx.machines(vm)
     holdings = registering.Holdings(nb)
+    await holdings.ask(await ctx.possible_owners(vm))
     owner = await ctx.settled_owner(RESOURCE, vm, holdings.held)
     return registered(await registering.register(nb, vm.spec, owner, holdings))
 

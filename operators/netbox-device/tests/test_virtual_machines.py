@@ -217,3 +217,17 @@ async def test_a_new_vm_is_written_without_reading_back_what_it_cannot_have_yet(
     assert eth0["mac_address"] == "52:54:00:AA:00:07"
     (ip,) = netbox.client.list_all("ipam/ip-addresses/", virtual_machine_id=vm_id)
     assert (ip["address"], vm["primary_ip4"]["id"]) == ("10.79.0.7/24", ip["id"])
+
+    netbox.faults.reset_log()
+    await registering.deregister(machines, owner)
+    assert netbox.faults.by_endpoint() == {
+        "GET /api/virtualization/virtual-machines/": 1,  # what the owner holds
+        "PATCH /api/virtualization/virtual-machines/": 1,  # its primary IP let go of
+        "GET /api/ipam/ip-addresses/": 1,
+        f"DELETE /api/ipam/ip-addresses/{ip['id']}/": 1,  # created for it: deleted, in one request
+        f"DELETE /api/virtualization/virtual-machines/{vm_id}/": 1,
+    }
+    assert not netbox.client.list_all("virtualization/virtual-machines/", id=vm_id)
+    netbox.faults.reset_log()
+    await machines.delete(registering.VMS, vm_id)
+    assert netbox.faults.count() == 1, "deleting what is gone already: one request, no error"

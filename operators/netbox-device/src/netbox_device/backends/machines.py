@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from capfleet import errors, netbox
 from capfleet.netboxschema import IP_ADDRESS, OWNER, VIRTUAL_MACHINE, field_problem
+from netbox_device.backends import rest
 from netbox_device.backends.devices import check_release
 
 Record = dict[str, Any]
@@ -70,12 +71,7 @@ class PynetboxMachines:
         await netbox.call(f"update-{endpoint}", self._endpoint(endpoint).update, [{"id": pk, **fields}])
 
     async def delete(self, endpoint: str, pk: int) -> None:
-        def delete() -> None:
-            record = self._endpoint(endpoint).get(pk)
-            if record is not None:
-                record.delete()
-
-        await netbox.call(f"delete-{endpoint}", delete)
+        await netbox.call(f"delete-{endpoint}", rest.delete, self._api, f"{endpoint}/{pk}")
 
     async def lookup(self, endpoint: str, **query: Any) -> int:
         key = (endpoint, repr(sorted(query.items())))

@@ -1,5 +1,6 @@
-"""The few NetBox requests pynetbox cannot make: reads that return the ETag, writes with If-Match, and a
-single page of a list (pynetbox follows every page).
+"""The few NetBox requests pynetbox cannot make: reads that return the ETag, writes with If-Match, a
+single page of a list (pynetbox follows every page), and a deletion by id in one request (pynetbox reads
+the object first).
 
 NetBox ≥ 4.6 sends an ETag with every object and refuses a PUT/PATCH whose If-Match is stale with 412;
 that is the compare-and-set device claims rely on. pynetbox hides response headers and sends no
@@ -15,6 +16,7 @@ from typing import Any
 import pynetbox
 
 PRECONDITION_FAILED = 412
+NOT_FOUND = 404
 
 
 class Stale(Exception):
@@ -33,7 +35,7 @@ def _headers(api: Any, if_match: str | None = None) -> dict[str, str]:
 def get_with_etag(api: Any, path: str) -> tuple[dict[str, Any] | None, str | None]:
     """The object at `path` (e.g. "dcim/devices/7") and its ETag; (None, None) when it does not exist."""
     reply = api.http_session.get(f"{api.base_url}/{path.strip('/')}/", headers=_headers(api))
-    if reply.status_code == 404:
+    if reply.status_code == NOT_FOUND:
         return None, None
     if not reply.ok:
         raise pynetbox.RequestError(reply)
@@ -65,3 +67,10 @@ def get_page(
         raise pynetbox.RequestError(reply)
     results: list[dict[str, Any]] = reply.json().get("results") or []
     return results
+
+
+def delete(api: Any, path: str) -> None:
+    """DELETE the object at `path` (e.g. "ipam/ip-addresses/7"); one that is already gone is fine."""
+    reply = api.http_session.delete(f"{api.base_url}/{path.strip('/')}/", headers=_headers(api))
+    if reply.status_code != NOT_FOUND and not reply.ok:
+        raise pynetbox.RequestError(reply)

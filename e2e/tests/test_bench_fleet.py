@@ -1,7 +1,7 @@
 """`make bench-fleet` end to end at N = 2, so the bench cannot rot between the runs that give the README its
 figures: both sides provision and delete their Machines (capfleet's one bare-metal server and one VM, a
 QEMU domain on the lab's hypervisor), every operator's cost is read, and the fleet makes no write in a
-quiet minute once it has settled. In `make test-full` (about 5 minutes here: its own control plane,
+quiet minute once it has settled. In `make test-full` (about 6 minutes here: its own control plane,
 Cluster API, CAPD, NetBox and a hypervisor)."""
 
 from __future__ import annotations

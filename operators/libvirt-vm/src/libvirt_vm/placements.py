@@ -45,11 +45,6 @@ def placed_vm(body: Mapping[str, Any]) -> PlacedVM | None:
     return PlacedVM(str(meta.get("namespace", "")), str(meta["name"]), vm.spec.hypervisor_name, demand_of(vm))
 
 
-def placed(vm_bodies: Iterable[Mapping[str, Any]]) -> list[PlacedVM]:
-    """The LibvirtVMs among `vm_bodies` placed on some hypervisor, with what each asks for."""
-    return [vm for vm in map(placed_vm, vm_bodies) if vm is not None]
-
-
 def on_hypervisors(vms: Iterable[PlacedVM]) -> list[tuple[str, placing.Demand]]:
     return [(vm.hypervisor, vm.demand) for vm in vms]
 

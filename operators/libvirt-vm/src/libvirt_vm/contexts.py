@@ -35,6 +35,9 @@ SHARED_KEY = "libvirt_shared"
 class Shared:
     """Created once at startup in the operator-wide memo (under `SHARED_KEY`)."""
 
+    placements: Placements
+    """Every placed LibvirtVM (from the watch's index), for placement and counting: no default, since an
+    empty stand-in would count no VM and overcommit every hypervisor."""
     pool: Pool = field(default_factory=Pool)
     placement_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     vm_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
@@ -45,8 +48,6 @@ class Shared:
     quota_dirty: set[str] = field(default_factory=set)
     quota_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     counted_vms: dict[str, Demand] = field(default_factory=dict)
-    placements: Placements = field(default_factory=lambda: Placements({}))
-    """Every placed LibvirtVM (from the watch's index, set at startup), for placement and counting."""
 
 
 @dataclass

@@ -20,10 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from selenium import webdriver
-from selenium.common.exceptions import NoSuchElementException
+from selenium.common.exceptions import NoSuchElementException, WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.ui import WebDriverWait
 
 from capfleet.api import kinds
@@ -130,6 +129,15 @@ def screenshot(driver: Any, name: str) -> Path:
     return path
 
 
+OLD_PAGE = "capfleetOldPage"
+
+
+def answered(driver: Any) -> bool:
+    """Whether a new document, fully loaded, has replaced the one marked with OLD_PAGE."""
+    script = f"return window.{OLD_PAGE} === undefined && document.readyState === 'complete'"
+    return bool(driver.execute_script(script))
+
+
 class Page:
     """The browser on the console, with the few steps the tests take; blocking calls run in a thread."""
 
@@ -146,12 +154,17 @@ class Page:
 
     async def submit(self, fill: Callable[[], Any]) -> None:
         """Run `fill` (which clicks a submit button) and wait until the answer has replaced the page:
-        a click may return before the browser has even sent the form."""
+        a click may return before the browser has even sent the form.
+
+        The old page is marked in its `window`, which a new document does not inherit. Waiting for the
+        old `<html>` element to go stale instead raced with Chromium: asked about a node while it was
+        being detached, chromedriver answers with an unknown error ("Node with given id does not belong
+        to the document") rather than a stale element, and the test failed on a page that had loaded."""
 
         def fill_and_wait() -> None:
-            before = self.driver.find_element(By.TAG_NAME, "html")
+            self.driver.execute_script(f"window.{OLD_PAGE} = true")
             fill()
-            WebDriverWait(self.driver, 60).until(staleness_of(before))
+            WebDriverWait(self.driver, 60, ignored_exceptions=(WebDriverException,)).until(answered)
 
         await self.call(fill_and_wait)
         self.seen.append(await self.call(lambda: self.driver.page_source))

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from glue_helpers import cluster
 
-from capfleet import resources
+from capfleet import conditions, resources
 from capfleet.api import capi, kinds
 from capfleet.conditions import Update
 from capi_machine_glue import gates, summaries
@@ -131,3 +132,32 @@ def test_failure_domains_are_reported_as_the_v1beta2_list() -> None:
     assert failure_domains(cluster()) == [
         {"name": "fd-a", "controlPlane": True, "attributes": {"hypervisor.zone": "a", "site": "dc-a"}}
     ]
+
+
+def test_the_blocking_step_is_the_first_not_true_after_this_passs_updates() -> None:
+    pending = {"type": summaries.ADDRESSES, "status": "Unknown", "reason": "Pending"}
+    before = conditions.parse([{**pending, "lastTransitionTime": "2026-01-01T00:00:00Z"}])
+    steps = summaries.METAL_STEPS
+    done = [Update.true(step, "Done") for step in summaries.WAITING_STEPS]
+    assert summaries.blocking_step(before, done, steps) == summaries.ADDRESSES
+    assert summaries.blocking_step(before, [*done, Update.true(summaries.ADDRESSES, "Allocated")], steps) == (
+        summaries.DEVICE
+    )
+    everything = [Update.true(step, "Done") for step in steps]
+    assert summaries.blocking_step(before, everything, steps) is None
+
+
+def test_the_grace_for_a_first_report_counts_only_young_children_that_have_not_reported() -> None:
+    now = datetime(2026, 1, 1, 0, 1, 0, tzinfo=UTC)
+
+    def child(created: str, reported: bool) -> dict[str, Any]:
+        booting = {"type": "Ready", "status": "False", "reason": "Booting", "lastTransitionTime": created}
+        ready = [booting] if reported else []
+        return {"metadata": {"creationTimestamp": created}, "status": {"conditions": ready}}
+
+    assert summaries.report_grace_left([child("2026-01-01T00:00:57Z", False)], now) == 7.0
+    assert summaries.report_grace_left([child("2026-01-01T00:00:57Z", True)], now) == 0.0
+    assert summaries.report_grace_left([child("2026-01-01T00:00:30Z", False)], now) == 0.0
+    young_and_old = [child("2026-01-01T00:00:30Z", False), child("2026-01-01T00:00:59Z", False)]
+    assert summaries.report_grace_left(young_and_old, now) == 9.0
+    assert summaries.report_grace_left([], now) == 0.0

@@ -17,7 +17,7 @@ from capfleet.api import kinds
 from capfleet.api.baremetal import BaremetalInstanceSpec
 from capfleet.api.libvirt import LibvirtVMSpec
 from capfleet.resources import Resource
-from capi_machine_glue import inheritance, machines
+from capi_machine_glue import inheritance, machines, summaries
 from capi_machine_glue.cache import WatchCache
 from capi_machine_glue.contexts import Context
 from capi_machine_glue.settings import GlueSettings
@@ -59,6 +59,9 @@ class FakeKube:
         self.events: list[tuple[str, str, str]] = []  # involved object's name, type, reason
         self.gets: list[str] = []
         self.status_patches: list[str] = []
+        # How old a child is when the glue first reads it back: older than the grace for a first report,
+        # unless a test says otherwise, so each step's waiting is written.
+        self.children_age_seconds = 60.0
 
     async def create(self, resource: Resource, body: Obj, namespace: str | None = None) -> Obj:
         assert resource == resources.EVENTS, "the glue creates its children with create_or_get"
@@ -84,7 +87,10 @@ class FakeKube:
     async def create_or_get(self, resource: Resource, body: Obj, namespace: str | None = None) -> Any:
         key = (resource.plural, body["metadata"]["name"])
         if key not in self.objects:
-            self.put(resource, copy.deepcopy(body))
+            made = copy.deepcopy(body)
+            created = datetime.now(UTC) - timedelta(seconds=self.children_age_seconds)
+            made["metadata"]["creationTimestamp"] = created.strftime("%Y-%m-%dT%H:%M:%SZ")
+            self.put(resource, made)
             self.created.append(f"{resource.kind}/{key[1]}")
         return copy.deepcopy(self.objects[key]), True
 
@@ -289,17 +295,19 @@ async def test_a_server_boots_with_its_interfaces_and_an_unknown_one_is_recorded
     assert conditions(api, "w-1")["ServerProvisioned"] == "UnknownInterface"
 
 
-async def test_deletion_takes_the_server_first_and_polls_at_the_setting(api: FakeKube) -> None:
-    machine(api, "w-0", METAL)
+async def held_by_its_server(api: FakeKube, name: str) -> tuple[Context, Obj]:
+    """A server machine, reconciled, and its BaremetalInstance holding on with a finalizer."""
+    machine(api, name, METAL)
     ctx = context(api)
-    await machines.reconcile(ctx, NS, "w-0", api)
-    owner = api.obj(kinds.HYBRID_MACHINE.resource, "w-0")
-    instance_meta = {
-        "name": "w-0",
-        "finalizers": ["x"],
-        "ownerReferences": [{"uid": owner["metadata"]["uid"]}],
-    }
-    api.put(kinds.BAREMETAL_INSTANCE.resource, {"metadata": instance_meta, "spec": {}})
+    await machines.reconcile(ctx, NS, name, api)
+    owner = api.obj(kinds.HYBRID_MACHINE.resource, name)
+    held = {"name": name, "finalizers": ["x"], "ownerReferences": [{"uid": owner["metadata"]["uid"]}]}
+    api.put(kinds.BAREMETAL_INSTANCE.resource, {"metadata": held, "spec": {}})
+    return ctx, owner
+
+
+async def test_deletion_takes_the_server_first_and_polls_at_the_setting(api: FakeKube) -> None:
+    ctx, owner = await held_by_its_server(api, "w-0")
     api.gets.clear()
     with pytest.raises(machines.ChildrenRemaining, match="BaremetalInstance w-0") as waiting:
         await machines.delete(ctx, owner)
@@ -396,3 +404,60 @@ async def test_a_new_machine_without_its_machine_owner_waits_a_moment_before_say
     meta["creationTimestamp"] = older.strftime("%Y-%m-%dT%H:%M:%SZ")
     await machines.reconcile(ctx, NS, "orphan", api)
     assert conditions(api, "orphan")["Ready"] == "WaitingForMachine"
+
+
+async def test_a_child_just_created_is_waited_for_without_a_status_write_until_the_grace_is_over(
+    api: FakeKube,
+) -> None:
+    """Children that report at once cost no 'has not reported yet' write: the VM machine's status is written
+    once its VM runs. One that stays silent past the grace is named in the status."""
+    api.children_age_seconds = 0.0
+    machine(api, "cp-0", VM)
+    ctx = context(api)
+    with pytest.raises(machines.AwaitingReport) as waiting:
+        await machines.reconcile(ctx, NS, "cp-0", api)
+    assert 0 < waiting.value.seconds_left <= summaries.REPORT_GRACE_SECONDS
+    delay = waiting.value.delay(0)
+    assert delay is not None
+    assert delay <= 2 * summaries.REPORT_GRACE_SECONDS + 1
+    assert errors.jittered(delay, lambda: 0.0) > waiting.value.seconds_left, "retried after the grace"
+    assert api.created == ["IPAddressClaim/cp-0-eth0-0"]
+    assert api.status_patches == []
+
+    api.bind_claims()
+    with pytest.raises(machines.AwaitingReport):
+        await machines.reconcile(ctx, NS, "cp-0", api)
+    assert api.created[-1] == "LibvirtVM/cp-0"
+    assert api.status_patches == []
+
+    vm_status = {"hypervisorName": "hv", "providerID": "capfleet://vm/hv/ns-cp-0", "conditions": [READY]}
+    api.obj(kinds.LIBVIRT_VM.resource, "cp-0")["status"] = vm_status
+    await machines.reconcile(ctx, NS, "cp-0", api)
+    assert api.status_patches == ["HybridMachine/cp-0"]
+    assert conditions(api, "cp-0")["Ready"] == "Ready"
+
+    machine(api, "cp-1", VM)
+    with pytest.raises(machines.AwaitingReport):
+        await machines.reconcile(ctx, NS, "cp-1", api)
+    long_ago = datetime.now(UTC) - timedelta(seconds=summaries.REPORT_GRACE_SECONDS + 1)
+    claim = api.obj(resources.IP_ADDRESS_CLAIMS, "cp-1-eth0-0")
+    claim["metadata"]["creationTimestamp"] = long_ago.strftime("%Y-%m-%dT%H:%M:%SZ")
+    await machines.reconcile(ctx, NS, "cp-1", api)
+    assert conditions(api, "cp-1")["AddressesAllocated"] == "Pending"
+
+
+async def test_a_deletion_says_what_it_waits_for_only_once_it_has_waited_the_grace(api: FakeKube) -> None:
+    ctx, owner = await held_by_its_server(api, "w-0")
+    api.status_patches.clear()
+
+    owner["metadata"]["deletionTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    with pytest.raises(machines.ChildrenRemaining):
+        await machines.delete(ctx, owner)
+    assert api.status_patches == []
+
+    long_ago = datetime.now(UTC) - timedelta(seconds=machines.DELETION_REPORT_GRACE_SECONDS + 1)
+    owner["metadata"]["deletionTimestamp"] = long_ago.strftime("%Y-%m-%dT%H:%M:%SZ")
+    with pytest.raises(machines.ChildrenRemaining):
+        await machines.delete(ctx, owner)
+    assert conditions(api, "w-0")["Ready"] == "Deleting"
+    assert api.status_patches == ["HybridMachine/w-0"]

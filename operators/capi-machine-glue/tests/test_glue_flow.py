@@ -33,7 +33,7 @@ from capfleet.api import kinds
 from capfleet.kube import Kube
 from capfleet_e2e.fixtures import RunOperator
 from capfleet_e2e.waiting import eventually
-from capi_machine_glue import names
+from capi_machine_glue import names, summaries
 
 pytestmark = pytest.mark.integration
 
@@ -191,7 +191,10 @@ async def test_metal_worker_waits_for_control_plane_claims_a_device_then_provisi
         "customFields": {},
     }
     assert device["spec"]["connectionSecretRef"] == {"name": "netbox"}
-    await machine_condition(kube, namespace, "w-0", "DeviceClaimed", "Pending")
+    # No operator serves the device here: the machine says so once the grace for a first report is over
+    # (its retry comes between the end of the grace and twice that).
+    within = 2 * summaries.REPORT_GRACE_SECONDS + 15
+    await machine_condition(kube, namespace, "w-0", "DeviceClaimed", "Pending", within=within)
 
     # netbox-device's part: a server is claimed.
     claimed = {

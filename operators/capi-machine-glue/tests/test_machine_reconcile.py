@@ -17,7 +17,7 @@ from capfleet.api import kinds
 from capfleet.api.baremetal import BaremetalInstanceSpec
 from capfleet.api.libvirt import LibvirtVMSpec
 from capfleet.resources import Resource
-from capi_machine_glue import inheritance, machines, summaries
+from capi_machine_glue import deletions, inheritance, machines, summaries
 from capi_machine_glue.cache import WatchCache
 from capi_machine_glue.contexts import Context
 from capi_machine_glue.settings import GlueSettings
@@ -309,15 +309,15 @@ async def held_by_its_server(api: FakeKube, name: str) -> tuple[Context, Obj]:
 async def test_deletion_takes_the_server_first_and_polls_at_the_setting(api: FakeKube) -> None:
     ctx, owner = await held_by_its_server(api, "w-0")
     api.gets.clear()
-    with pytest.raises(machines.ChildrenRemaining, match="BaremetalInstance w-0") as waiting:
-        await machines.delete(ctx, owner)
+    with pytest.raises(deletions.ChildrenRemaining, match="BaremetalInstance w-0") as waiting:
+        await deletions.delete(ctx, owner)
     assert waiting.value.delay(0) == 0.5
     assert api.gets == ["Cluster", "BaremetalInstance"], "a server's deletion asks for no VM"
     assert (kinds.NETBOX_DEVICE.resource.plural, "w-0") in api.objects
     del api.objects[(kinds.BAREMETAL_INSTANCE.resource.plural, "w-0")]
-    with pytest.raises(machines.ChildrenRemaining, match="NetboxDevice w-0, IPAddressClaim w-0-eno1-0"):
-        await machines.delete(ctx, owner)
-    await machines.delete(ctx, owner)
+    with pytest.raises(deletions.ChildrenRemaining, match="NetboxDevice w-0, IPAddressClaim w-0-eno1-0"):
+        await deletions.delete(ctx, owner)
+    await deletions.delete(ctx, owner)
 
 
 async def test_deletion_right_after_an_unpause_takes_the_mirrored_pause_off_the_children(
@@ -333,8 +333,8 @@ async def test_deletion_right_after_an_unpause_takes_the_mirrored_pause_off_the_
     claim["metadata"]["finalizers"] = ["ipam.cluster.x-k8s.io/ReleaseAddress"]
     claim["metadata"]["annotations"] = {pausing.PAUSED_ANNOTATION: "true"}
     owner = api.obj(kinds.HYBRID_MACHINE.resource, "w-0")
-    with pytest.raises(machines.ChildrenRemaining, match="IPAddressClaim w-0-eno1-0"):
-        await machines.delete(ctx, owner)
+    with pytest.raises(deletions.ChildrenRemaining, match="IPAddressClaim w-0-eno1-0"):
+        await deletions.delete(ctx, owner)
     claim = api.obj(resources.IP_ADDRESS_CLAIMS, "w-0-eno1-0")
     assert claim["metadata"]["deletionTimestamp"]
     assert not pausing.annotated(claim["metadata"])
@@ -451,13 +451,13 @@ async def test_a_deletion_says_what_it_waits_for_only_once_it_has_waited_the_gra
     api.status_patches.clear()
 
     owner["metadata"]["deletionTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    with pytest.raises(machines.ChildrenRemaining):
-        await machines.delete(ctx, owner)
+    with pytest.raises(deletions.ChildrenRemaining):
+        await deletions.delete(ctx, owner)
     assert api.status_patches == []
 
-    long_ago = datetime.now(UTC) - timedelta(seconds=machines.DELETION_REPORT_GRACE_SECONDS + 1)
+    long_ago = datetime.now(UTC) - timedelta(seconds=deletions.DELETION_REPORT_GRACE_SECONDS + 1)
     owner["metadata"]["deletionTimestamp"] = long_ago.strftime("%Y-%m-%dT%H:%M:%SZ")
-    with pytest.raises(machines.ChildrenRemaining):
-        await machines.delete(ctx, owner)
+    with pytest.raises(deletions.ChildrenRemaining):
+        await deletions.delete(ctx, owner)
     assert conditions(api, "w-0")["Ready"] == "Deleting"
     assert api.status_patches == ["HybridMachine/w-0"]

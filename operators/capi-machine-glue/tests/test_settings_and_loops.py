@@ -14,7 +14,7 @@ from capfleet import errors, events, kube, reconciling, runtime
 from capi_machine_glue import handlers, loops
 from capi_machine_glue.cache import CachedReads, Reads, WatchCache
 from capi_machine_glue.contexts import CACHE_KEY, WAKEUPS_KEY, Context
-from capi_machine_glue.machines import ChildrenRemaining
+from capi_machine_glue.deletions import ChildrenRemaining
 from capi_machine_glue.settings import GlueSettings
 from capi_machine_glue.wakeups import HYBRID_MACHINE, Key, Wakeups, sleep_until_woken
 
@@ -146,6 +146,27 @@ async def test_a_change_is_read_from_the_watch_cache_and_a_resync_or_retry_from_
     await loops.run(ctx, KEY, reconcile, stop)
     # The first reconcile follows the event that showed the object.
     assert sources == ["cache", "cache", "api", "cache"]
+
+
+async def test_the_retry_of_a_timed_wait_reads_from_the_watch_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    client = kube.Kube.__new__(kube.Kube)
+    ctx = Context(client, None, GlueSettings(settle_seconds=0.0), Wakeups(), WatchCache())  # type: ignore[arg-type]
+    stop = Stop(3)
+
+    async def timer_ran_out(event: asyncio.Event, stopped: Any, seconds: float) -> bool:
+        stop.rounds -= 1
+        return False
+
+    outcomes: list[Exception] = [loops.TimedWait("a grace"), errors.Waiting("a child"), errors.Waiting("b")]
+    sources: list[str] = []
+
+    async def reconcile(reads: Reads) -> None:
+        sources.append("cache" if isinstance(reads, CachedReads) else "api")
+        raise outcomes.pop(0)
+
+    monkeypatch.setattr(loops, "sleep_until_woken", timer_ran_out)
+    await loops.run(ctx, KEY, reconcile, stop)
+    assert sources == ["cache", "cache", "api"]
 
 
 class StopOnEvent:

@@ -19,7 +19,8 @@ from capfleet.conditions import Update
 from capi_machine_glue import gates, inheritance, names, specs, summaries
 from capi_machine_glue.cache import Reads
 from capi_machine_glue.contexts import ADDRESSES, CLAIMS, CLUSTERS, HYBRID_CLUSTERS, Context
-from capi_machine_glue.machines import ChildrenRemaining, capi_cluster
+from capi_machine_glue.deletions import ChildrenRemaining
+from capi_machine_glue.machines import capi_cluster
 from capi_machine_glue.wakeups import HYBRID_CLUSTER, Key
 
 MANAGED_BY_ANNOTATION = "cluster.x-k8s.io/managed-by"

@@ -18,7 +18,7 @@ import kopf
 
 from capfleet import ownership, reconciling, runtime
 from capfleet.api import capi
-from capi_machine_glue import clusters, loops, machines
+from capi_machine_glue import clusters, deletions, loops, machines
 from capi_machine_glue.cache import WatchCache
 from capi_machine_glue.contexts import (
     ADDRESSES,
@@ -113,7 +113,7 @@ async def machine_loop(
 async def delete_machine(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
     ctx = Context.from_memo(memo)
     key = Key(HYBRID_MACHINE, _namespaced(namespace), name)
-    await loops.waiting_out(ctx, key, deletion(ctx, key, machines.delete), DELETION_PATIENCE_SECONDS)
+    await loops.waiting_out(ctx, key, deletion(ctx, key, deletions.delete), DELETION_PATIENCE_SECONDS)
 
 
 def nothing_to_record(body: Mapping[str, Any]) -> bool:

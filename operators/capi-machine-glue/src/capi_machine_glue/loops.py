@@ -9,7 +9,7 @@ can fix, the loop sleeps for the resync setting. A change that wakes it is usual
 (`settle_seconds`) and reconciles once for all of them.
 
 A reconcile woken by a change reads what the watches have shown (`cache`); one woken by the resync or a
-retry's backoff reads from the API server.
+retry's backoff reads from the API server, except after a `TimedWait`, whose end is known in advance.
 
 Deletion is woken the same way (`waiting_out`): it looks again for the children when one of them changes
 or goes, instead of at kopf's next retry.
@@ -47,29 +47,37 @@ def as_capfleet_error(exc: Exception, key: Key) -> tuple[errors.CapfleetError, s
     return errors.BackendUnavailable(str(exc)), "error"
 
 
+class TimedWait(errors.Waiting):
+    """A wait that ends at a time the reconcile knows (a grace), not one that doubts what the watches
+    showed: its retry reads from the watch cache, as a reconcile woken by a change does."""
+
+
 async def run(
     ctx: Context, key: Key, reconcile: Callable[[Reads], Awaitable[None]], stopped: StopFlag
 ) -> None:
     woken = ctx.wakeups.register(key)
     retry = 0
-    by_event = True  # kopf starts the loop on the event that showed its object
+    from_cache = True  # kopf starts the loop on the event that showed its object
     try:
         while not stopped:
             woken.clear()
             started = time.monotonic()
+            timed = False
             try:
-                await reconcile(ctx.cache.reader(ctx.kube) if by_event else ctx.kube)
+                await reconcile(ctx.cache.reader(ctx.kube) if from_cache else ctx.kube)
             except Exception as exc:  # every failure is retried: the loop must outlive it
                 error, result = as_capfleet_error(exc, key)
                 backoff = error.delay(retry)
                 delay = errors.jittered(backoff) if backoff is not None else ctx.settings.resync_seconds
                 retry += 1
+                timed = isinstance(error, TimedWait)
             else:
                 delay, result, retry = ctx.settings.resync_seconds, "success", 0
             metrics.record_reconcile(key.kind, result, time.monotonic() - started)
             by_event = await sleep_until_woken(woken, stopped.wait, delay)
             if by_event:
                 await settle(stopped.wait, ctx.settings.settle_seconds)
+            from_cache = by_event or timed
     finally:
         ctx.wakeups.unregister(key, woken)
 

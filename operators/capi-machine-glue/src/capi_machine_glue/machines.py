@@ -8,21 +8,19 @@ claims; then a LibvirtVM (and a
 NetboxVirtualMachine) once the addresses are known, or a NetboxDevice and, once a server is claimed, a
 BaremetalInstance. The glue never updates a child's spec after creating it: CAPI replaces machines, it
 does not change them.
-
-Deletion removes the machine (VM or server) first and the device claim and addresses only after it is
-gone, so a server is never released while it still runs the old machine.
+Deletion is in `deletions`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import pydantic
 
-from capfleet import conditions, errors, kube, ownership, pausing, reconciling
+from capfleet import conditions, errors, ownership, pausing, reconciling
 from capfleet.api import capi, kinds
 from capfleet.api.base import Model
 from capfleet.api.capi import IPAddress
@@ -32,7 +30,7 @@ from capfleet.api.libvirt import LibvirtVMStatus
 from capfleet.api.netbox import NetboxDeviceStatus
 from capfleet.conditions import Update
 from capfleet.resources import Resource
-from capi_machine_glue import gates, inheritance, names, specs, summaries
+from capi_machine_glue import gates, inheritance, loops, names, specs, summaries
 from capi_machine_glue.cache import Reads
 from capi_machine_glue.contexts import (
     ADDRESSES,
@@ -53,33 +51,17 @@ Obj = Mapping[str, Any]
 T = TypeVar("T")
 
 
-class ChildrenRemaining(errors.Waiting):
-    """Deletion waits for children that are still being removed by their operators.
-
-    It looks again after the deletion poll setting, then backs off as every capfleet error does
-    (doubling, up to `retry_cap`).
-    """
-
-    default_reason = "DeletingChildren"
-    retry_cap = 10.0
-
-    def __init__(self, message: str, *, poll_seconds: float, reason: str | None = None) -> None:
-        super().__init__(message, reason=reason)
-        self.poll_seconds = poll_seconds
-
-    def delay(self, retry: int) -> float | None:
-        return float(min(self.poll_seconds * (2 ** max(retry, 0)), self.retry_cap))
-
-
 OWNER_GRACE_SECONDS = 10.0
 """How long a new HybridMachine waits for its Machine's ownerReference before its status says it waits:
 Cluster API sets it within a second of creating the two, and saying so at once cost a status write per
 machine. The wait ends with the event of the ownerReference, or with the retry after this time."""
 
 
-class AwaitingReport(errors.Waiting):
+class AwaitingReport(loops.TimedWait):
     """Not written to status: the step the machine is at waits for a child just created, which has not
-    reported yet (`summaries.REPORT_GRACE_SECONDS`). The retry comes once that grace is over."""
+    reported yet (`summaries.REPORT_GRACE_SECONDS`). The retry comes once that grace is over, and reads
+    from the watch cache (at N = 100 in `make bench-fleet`, reading from the API server cost the glue 3
+    more requests per machine)."""
 
     def __init__(self, message: str, *, seconds_left: float) -> None:
         super().__init__(message, reason="AwaitingReport")
@@ -90,13 +72,7 @@ class AwaitingReport(errors.Waiting):
         return 2 * self.seconds_left + 0.5
 
 
-DELETION_REPORT_GRACE_SECONDS = 10.0
-"""How long a deletion waits for the children before the status says which it waits for: a VM's children
-go within seconds, and saying so at each one gone cost 2.9 HybridMachine status writes per machine at
-N = 100 in `make bench-fleet`. A server's cleaning takes minutes; the deletion's polls write it then."""
-
-
-def _seconds_since(stamp: str | None) -> float:
+def seconds_since(stamp: str | None) -> float:
     """Seconds since an object's timestamp (0 without one: as if it were now)."""
     if not stamp:
         return 0.0
@@ -260,7 +236,7 @@ async def reconcile(ctx: Context, namespace: str, name: str, reads: Reads) -> No
         ctx, HYBRID_MACHINES, body, summaries.steps(machine.spec.vm is not None, netbox_record=False)
     )
     if owner is None or cluster_name is None:
-        if _seconds_since(meta.get("creationTimestamp")) < OWNER_GRACE_SECONDS:
+        if seconds_since(meta.get("creationTimestamp")) < OWNER_GRACE_SECONDS:
             raise errors.Waiting("no CAPI Machine owns this HybridMachine yet", reason="WaitingForMachine")
         recorder.note(
             Update.false(
@@ -464,62 +440,3 @@ async def metal(
         summaries.child_ready(summaries.SERVER, "BaremetalInstance", children.instance, "Provisioned")
     )
     return kinds.BAREMETAL_INSTANCE.parse(children.instance).spec.provider_id or None
-
-
-async def _delete_owned(ctx: Context, body: Obj, targets: Sequence[tuple[Resource, str]]) -> list[str]:
-    """Request deletion of each existing child; the ones still present (being deleted or just asked).
-
-    Called only while the machine is not paused: a child still carrying the paused annotation the glue
-    mirrored onto it (the machine was deleted right after an unpause, before a reconcile took it off)
-    has it taken off, or its operator would wait for an unpause that already happened."""
-    namespace = body["metadata"]["namespace"]
-    remaining = []
-    for resource, name in targets:
-        child = await ctx.kube.get(resource, name, namespace)
-        if child is None or not ownership.is_owned_by(child, body):
-            continue
-        if pausing.annotated(child["metadata"]):
-            unpause = {"metadata": {"annotations": {pausing.PAUSED_ANNOTATION: None}}}
-            await ctx.kube.patch(resource, name, unpause, namespace)
-        if not child["metadata"].get("deletionTimestamp"):
-            try:
-                await ctx.kube.delete(resource, name, namespace)
-            except kube.KubeError as exc:
-                raise errors.BackendUnavailable(f"deleting {resource.kind} {name}: {exc}") from exc
-        remaining.append(f"{resource.kind} {name}")
-    return remaining
-
-
-async def delete(ctx: Context, body: Obj) -> None:
-    """Delete the children, machine first, and wait until their operators have released everything."""
-    meta = body["metadata"]
-    if pausing.moving(meta):
-        return
-    namespace, name = meta["namespace"], meta["name"]
-    spec = kinds.HYBRID_MACHINE.parse(body).spec
-    poll = ctx.settings.deletion_poll_seconds
-    cluster = await capi_cluster(ctx.kube, ownership.cluster_name(meta), namespace)
-    if pausing.annotated(meta) or pausing.cluster_paused(cluster):
-        await reconciling.Recorder(ctx, HYBRID_MACHINES, body, None).paused()
-        raise ChildrenRemaining(
-            "reconciliation is paused; deletion resumes when unpaused", poll_seconds=poll, reason="Paused"
-        )
-    # A machine's kind (VM or server) never changes (its CRD refuses that), so only the children of its
-    # kind are looked for: at N = 500 in `make bench-fleet`, a server's deletion asked for the two VM
-    # children in vain at each of its 11.6 looks.
-    machine_first: list[tuple[Resource, str]]
-    if spec.vm is not None:
-        machine_first, then = [(LIBVIRT_VMS, name), (NETBOX_VMS, name)], []
-    else:
-        machine_first, then = [(INSTANCES, name)], [(NETBOX_DEVICES, name)]
-    then += [(CLAIMS, n) for n in claim_names(spec, name)]
-    remaining = await _delete_owned(ctx, body, machine_first)
-    if not remaining:
-        remaining = await _delete_owned(ctx, body, then)
-    if remaining:
-        message = "waiting for " + ", ".join(remaining) + " to be deleted"
-        if _seconds_since(meta.get("deletionTimestamp")) >= DELETION_REPORT_GRACE_SECONDS:
-            # Only Ready changes: the step conditions keep saying what the machine was.
-            deleting = [Update.false("Ready", "Deleting", message)]
-            await ctx.write_status(HYBRID_MACHINES, body, {}, deleting, None)
-        raise ChildrenRemaining(message, poll_seconds=poll)

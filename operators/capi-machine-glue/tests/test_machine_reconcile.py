@@ -17,7 +17,7 @@ from capfleet.api import kinds
 from capfleet.api.baremetal import BaremetalInstanceSpec
 from capfleet.api.libvirt import LibvirtVMSpec
 from capfleet.resources import Resource
-from capi_machine_glue import deletions, inheritance, machines, summaries
+from capi_machine_glue import deletions, inheritance, loops, machines, summaries
 from capi_machine_glue.cache import WatchCache
 from capi_machine_glue.contexts import Context
 from capi_machine_glue.settings import GlueSettings
@@ -395,7 +395,7 @@ async def test_a_new_machine_without_its_machine_owner_waits_a_moment_before_say
     meta = {"name": "orphan", "creationTimestamp": just_now}
     api.put(kinds.HYBRID_MACHINE.resource, {"metadata": meta, "spec": VM})
     ctx = context(api)
-    with pytest.raises(errors.Waiting) as waiting:
+    with pytest.raises(loops.TimedWait) as waiting:
         await machines.reconcile(ctx, NS, "orphan", api)
     assert waiting.value.reason == "WaitingForMachine"
     assert "status" not in api.obj(kinds.HYBRID_MACHINE.resource, "orphan")

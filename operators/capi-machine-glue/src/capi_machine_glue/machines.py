@@ -7,8 +7,7 @@ a crash and rebuilds a status lost in a clusterctl move. Children are created in
 claims; then a LibvirtVM (and a
 NetboxVirtualMachine) once the addresses are known, or a NetboxDevice and, once a server is claimed, a
 BaremetalInstance. The glue never updates a child's spec after creating it: CAPI replaces machines, it
-does not change them.
-Deletion is in `deletions`.
+does not change them. Deletion is in `deletions`.
 """
 
 from __future__ import annotations
@@ -237,7 +236,7 @@ async def reconcile(ctx: Context, namespace: str, name: str, reads: Reads) -> No
     )
     if owner is None or cluster_name is None:
         if seconds_since(meta.get("creationTimestamp")) < OWNER_GRACE_SECONDS:
-            raise errors.Waiting("no CAPI Machine owns this HybridMachine yet", reason="WaitingForMachine")
+            raise loops.TimedWait("no CAPI Machine owns this HybridMachine yet", reason="WaitingForMachine")
         recorder.note(
             Update.false(
                 summaries.CLUSTER_INFRASTRUCTURE,

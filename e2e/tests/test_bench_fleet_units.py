@@ -198,6 +198,7 @@ async def test_a_poll_takes_a_busy_api_server_for_not_yet_and_any_other_error_fo
         KubeError(504, "Timeout", "busy"),
         KubeError(429, "Too", "many"),
         TimeoutError(),
+        KubeError(0, "Unavailable", "GET /apis/cluster.x-k8s.io/v1beta2/machines: TimeoutError"),
         True,
     ]
 
@@ -208,7 +209,7 @@ async def test_a_poll_takes_a_busy_api_server_for_not_yet_and_any_other_error_fo
         return answer
 
     tolerant = patient(probe)
-    assert [await tolerant() for _ in range(4)] == [False, False, False, True]
+    assert [await tolerant() for _ in range(5)] == [False, False, False, False, True]
     answers.append(KubeError(403, "Forbidden", "no"))
     with pytest.raises(KubeError, match="403"):
         await tolerant()

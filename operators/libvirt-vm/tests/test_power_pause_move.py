@@ -4,6 +4,7 @@ stops the domain, and deleting for a move leaves the domain and its volumes for 
 from __future__ import annotations
 
 import contextlib
+import re
 
 import libvirt
 import pytest
@@ -23,6 +24,7 @@ from capfleet.kube import Kube
 from capfleet_e2e.fixtures import RunOperator
 from capfleet_e2e.libvirt.hypervisor import Hypervisor
 from capfleet_e2e.libvirt.image import TestImage
+from capfleet_e2e.operators import OperatorProcess
 from capfleet_e2e.site import ensure_base_image, remove_base_image
 from capfleet_e2e.waiting import eventually
 
@@ -93,6 +95,60 @@ async def test_pause_power_off_and_delete_for_move(
         assert len(volumes) == 2
     finally:
         await kube.patch(VMS, "vm0", {"metadata": {"annotations": {PAUSED: None}}}, namespace)
+        await delete_all(kube, namespace, [name])
+        remove_domain(hv, domain)
+        remove_base_image(hv)
+    assert leftovers(hv, namespace) == ([], [])
+
+
+def rechecks(operator: OperatorProcess, outcome: str) -> float:
+    """How many of the operator's VM re-checks ended with `outcome`, from its metrics."""
+    pattern = rf'capfleet_rechecks_total{{kind="LibvirtVM",outcome="{outcome}"}} ([0-9.e+]+)'
+    found = re.search(pattern, operator.metrics())
+    return float(found.group(1)) if found else 0.0
+
+
+async def test_a_vm_as_listed_is_only_compared_and_a_domain_stopped_behind_its_back_is_started(
+    kube: Kube,
+    namespace: str,
+    run_operator: RunOperator,
+    hypervisors: list[Hypervisor],
+    test_image: TestImage,
+) -> None:
+    """Its re-check (every 3 s here) compares the VM's status with its hypervisor's last listing of domains
+    (every 2 s): nothing more while they agree; a domain destroyed outside the operator disagrees, and the
+    re-check converges in full, starting the same domain again."""
+    hv = hypervisors[0]
+    ensure_base_image(hv, test_image)
+    operator = run_operator("libvirt_vm", env=OPERATOR_ENV)
+    name = await create_hypervisor(kube, namespace, hv)
+    domain = f"{namespace}_vm1"
+    try:
+        await create_vm(kube, namespace, "vm1", NO_CALLBACK)
+        ready = await wait_condition(kube, VMS, "vm1", namespace, "Ready", "True", 60)
+        uuid = ready["status"]["domainUUID"]
+
+        async def compared() -> bool:
+            return rechecks(operator, "as_listed") >= 2
+
+        await eventually("re-checks to find vm1 as listed", compared, 30)
+
+        converged = rechecks(operator, "converged")
+        conn = hv.connect()
+        try:
+            conn.lookupByName(domain).destroy()
+
+            async def running_again() -> bool:
+                found = conn.lookupByName(domain)
+                return bool(found.isActive()) and found.UUIDString() == uuid
+
+            await eventually("the same domain running again", running_again, 60)
+        finally:
+            conn.close()
+        assert rechecks(operator, "converged") > converged
+        vm = await kube.get(VMS, "vm1", namespace) or {}
+        assert (vm.get("status") or {}).get("state") == "running"
+    finally:
         await delete_all(kube, namespace, [name])
         remove_domain(hv, domain)
         remove_base_image(hv)

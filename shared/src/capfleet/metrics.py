@@ -31,6 +31,12 @@ BACKEND_CALL_DURATION = prometheus_client.Histogram(
     ["backend", "operation", "outcome"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
 )
+RECHECKS = prometheus_client.Counter(
+    "capfleet_rechecks",
+    "Timer re-checks by kind and outcome: as_listed (the object is as its backend last listed it, nothing "
+    "to do) or converged (reconciled in full).",
+    ["kind", "outcome"],
+)
 OBJECTS = prometheus_client.Gauge("capfleet_objects", "Objects by kind and phase.", ["kind", "phase"])
 PROVISIONING_DURATION = prometheus_client.Histogram(
     "capfleet_provisioning_duration_seconds",

@@ -106,14 +106,15 @@ async def machines_of(kube: Kube, namespace: str) -> list[Obj]:
 
 def patient(probe: Callable[[], Awaitable[bool]]) -> Callable[[], Awaitable[bool]]:
     """`probe`, answering False (not yet) while the API server is too busy to answer: a 5xx or a 429 from
-    it, or no answer in time. The bench's own polls share the API server with both sides; at N = 500 one of
-    them got a 504 while the fleet deleted, which ended the run before it printed anything."""
+    it, or no answer in time (the client's timeout comes as a KubeError of status 0). The bench's own polls
+    share the API server with both sides; at N = 500 one of them got a 504 while the fleet deleted, and in
+    another run one timed out, each of which ended the run before it printed the deletion."""
 
     async def tolerant() -> bool:
         try:
             return await probe()
         except KubeError as exc:
-            if exc.status >= 500 or exc.status == 429:
+            if exc.status == 0 or exc.status >= 500 or exc.status == 429:
                 return False
             raise
         except TimeoutError:

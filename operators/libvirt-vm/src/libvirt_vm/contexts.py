@@ -24,6 +24,7 @@ from capfleet.sshlibvirt import SSHTarget
 from libvirt_vm.backends.connections import Pool
 from libvirt_vm.placements import Placements
 from libvirt_vm.placing import Demand
+from libvirt_vm.rechecks import Listings
 from libvirt_vm.settings import LibvirtSettings
 
 HYPERVISORS = kinds.HYPERVISOR.resource
@@ -39,6 +40,8 @@ class Shared:
     """Every placed LibvirtVM (from the watch's index), for placement and counting: no default, since an
     empty stand-in would count no VM and overcommit every hypervisor."""
     pool: Pool = field(default_factory=Pool)
+    listings: Listings = field(default_factory=Listings)
+    """Each hypervisor's domains as its last re-check listed them, for the VMs' re-checks (`rechecks`)."""
     placement_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     vm_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     checked_seeds: set[str] = field(default_factory=set)  # `<hypervisor>/<volume>` read back this run

@@ -1,13 +1,15 @@
 """kopf handlers of the libvirt-vm operator: decorators and typed arguments only, logic lives elsewhere.
 
 Hypervisors (cluster-scoped) are reconciled on every change and on a timer that notices a host going
-away or coming back (`hypervisors`); one is deleted only once no LibvirtVM is placed on it. LibvirtVMs
-are reconciled on every change and on a timer that rebuilds a lost status and re-converges after a
-failure (`vms`); deletion removes the domain and its volumes. An index of the placed VMs, kept from the
-watch, is what placement and the counts read (`placements`). VMQuotas have no change handlers (nor
-finalizers): events of quotas and VMs refresh their counted status (`vmquotas`). The connection pool
-and the locks are created at startup in the operator-wide memo. The two timers' intervals are settings,
-so they are registered by `register_polls` once the settings are read.
+away or coming back and lists its domains (`hypervisors`); one is deleted only once no LibvirtVM is placed
+on it. LibvirtVMs are reconciled on every change and on a timer that rebuilds a lost status and
+re-converges after a failure or a domain changed behind the operator's back (`vms`), in full only when
+the VM's status and its hypervisor's last listing disagree (`rechecks`); deletion removes the domain and
+its volumes. An index of the placed VMs, kept from the watch, is what placement and the counts read
+(`placements`). VMQuotas have no change handlers (nor finalizers): events of quotas and VMs refresh their
+counted status (`vmquotas`). The connection pool and the locks are created at startup in the
+operator-wide memo. The two timers' intervals are settings, so they are registered by `register_polls`
+once the settings are read.
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ async def recheck_hypervisor(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None
 async def release_hypervisor(body: kopf.Body, name: str, memo: kopf.Memo, **_: Any) -> None:
     ctx = Context.from_memo(memo)
     await hypervisors.guard_deletion(ctx, body)
+    ctx.shared.listings.forget(name)
     await ctx.pool.forget(name)
 
 
@@ -90,7 +93,7 @@ async def reconcile_vm(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
 
 @runtime.reconciler("LibvirtVM")
 async def recheck_vm(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    await vms.reconcile(Context.from_memo(memo), body)
+    await vms.recheck(Context.from_memo(memo), body)
 
 
 @kopf.on.delete(*VMS.watch)

@@ -71,11 +71,14 @@ async def reconcile(ctx: Context, body: Mapping[str, Any]) -> None:
     try:
         target = await ssh_target(ctx.kube, hypervisor)
         pool_name = hypervisor.spec.storage_pool
-        found = await ctx.pool.run(name, target, lambda conn: hosts.facts(conn, pool_name))
+        found, domains = await ctx.pool.run(
+            name, target, lambda conn: (hosts.facts(conn, pool_name), hosts.domain_states(conn))
+        )
     except errors.CapfleetError as exc:
         unreachable = Update.false(REACHABLE, exc.reason, exc.message)
         await ctx.write_status(HYPERVISORS, body, {}, [unreachable], STEPS)
         return
+    ctx.shared.listings.store(name, domains)
     used = placing.used_by(placed_vms(ctx), name)
     update = Update.true(REACHABLE, "Connected", f"libvirt {found.libvirt_version} over SSH")
     await ctx.write_status(HYPERVISORS, body, capacity_fields(found, used), [update], STEPS)

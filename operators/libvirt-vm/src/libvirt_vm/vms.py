@@ -16,12 +16,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from capfleet import cloudinit, conditions, errors, pausing, reconciling, secretholds
+from capfleet import cloudinit, conditions, errors, metrics, pausing, reconciling, secretholds
 from capfleet.api import kinds
 from capfleet.api.libvirt import Hypervisor, LibvirtVM
 from capfleet.conditions import Update
 from capfleet.sshlibvirt import SSHTarget
-from libvirt_vm import domains, hypervisors, names, placements, placing, seeding, vmquotas
+from libvirt_vm import domains, hypervisors, names, placements, placing, rechecks, seeding, vmquotas
 from libvirt_vm.backends import hosts
 from libvirt_vm.contexts import HYPERVISORS, VMS, Context, secret_value, ssh_target
 
@@ -165,6 +165,26 @@ def power(conn: Any, name: str, on: bool) -> hosts.DomainInfo:
     found = hosts.find_domain(conn, name)
     assert found is not None
     return found
+
+
+async def recheck(ctx: Context, body: Mapping[str, Any]) -> None:
+    """The timer's re-check: nothing while the VM is as its hypervisor last listed it, else a reconcile."""
+    if as_last_listed(ctx, body):
+        metrics.RECHECKS.labels(kind="LibvirtVM", outcome="as_listed").inc()
+        return
+    metrics.RECHECKS.labels(kind="LibvirtVM", outcome="converged").inc()
+    await reconcile(ctx, body)
+
+
+def as_last_listed(ctx: Context, body: Mapping[str, Any]) -> bool:
+    """Whether the VM's re-check has nothing to do: its domain is as its status says in its hypervisor's
+    listing of at most one VM poll interval ago (`rechecks`)."""
+    vm = kinds.LIBVIRT_VM.parse(body)
+    hypervisor = vm.status.hypervisor_name if vm.status is not None else None
+    if not hypervisor or pausing.hands_off(body["metadata"]) or body["metadata"].get("deletionTimestamp"):
+        return False
+    listing = ctx.shared.listings.fresh(hypervisor, ctx.settings.vm_poll_seconds)
+    return rechecks.as_listed(vm, body["metadata"].get("generation"), listing)
 
 
 async def reconcile(ctx: Context, body: Mapping[str, Any]) -> None:

@@ -4,6 +4,8 @@ its objects, and its loops and deletions back off by the fleet's one retry polic
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 from collections.abc import Awaitable
 from typing import Any
 
@@ -146,6 +148,38 @@ async def test_a_change_is_read_from_the_watch_cache_and_a_resync_or_retry_from_
     await loops.run(ctx, KEY, reconcile, stop)
     # The first reconcile follows the event that showed the object.
     assert sources == ["cache", "cache", "api", "cache"]
+
+
+async def test_a_sleeping_loop_keeps_no_failed_reconcile_alive(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failure's traceback holds the reconcile's frames and all it read: not kept while the loop sleeps."""
+    ctx = Context(None, None, GlueSettings(settle_seconds=0.0), Wakeups(), WatchCache())  # type: ignore[arg-type]
+    stop = Stop(2)
+    failures: list[weakref.ref[Exception]] = []
+
+    class Read:
+        """What a reconcile read, held by its frame."""
+
+    held: list[weakref.ref[Read]] = []
+    alive_while_sleeping: list[bool] = []
+
+    async def sleep(event: asyncio.Event, stopped: Any, seconds: float) -> bool:
+        gc.collect()
+        alive = [ref() for ref in failures] + [ref() for ref in held]
+        alive_while_sleeping.append(any(found is not None for found in alive))
+        stop.rounds -= 1
+        return True
+
+    async def reconcile(reads: Reads) -> None:
+        read = Read()
+        held.append(weakref.ref(read))
+        if not failures:
+            failure = errors.Waiting("a child")
+            failures.append(weakref.ref(failure))
+            raise failure
+
+    monkeypatch.setattr(loops, "sleep_until_woken", sleep)
+    await loops.run(ctx, KEY, reconcile, stop)
+    assert alive_while_sleeping == [False, False]
 
 
 async def test_the_retry_of_a_timed_wait_reads_from_the_watch_cache(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -71,6 +71,9 @@ async def run(
                 delay = errors.jittered(backoff) if backoff is not None else ctx.settings.resync_seconds
                 retry += 1
                 timed = isinstance(error, TimedWait)
+                # Not kept while the loop sleeps: its traceback holds every frame of the failed reconcile
+                # and all it read, and a loop keeps sleeping after later successes too.
+                del error
             else:
                 delay, result, retry = ctx.settings.resync_seconds, "success", 0
             metrics.record_reconcile(key.kind, result, time.monotonic() - started)

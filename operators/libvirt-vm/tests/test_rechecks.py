@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import libvirt
 import pytest
 
 from capfleet.api import kinds
 from libvirt_vm import rechecks
+from libvirt_vm.backends import hosts
 
 UUID = "6a1f0c3e-0000-4000-8000-000000000001"
 READY = {
@@ -105,3 +107,24 @@ def test_a_listing_older_than_asked_is_not_used() -> None:
     listings.forget("hv1")
     assert listings.fresh("hv1", max_age=60.0) is None
     assert listings.by_hypervisor == {}
+
+
+def test_a_host_that_refuses_the_bulk_listing_gives_none_and_its_vms_are_rechecked_in_full() -> None:
+    class Refusing:
+        def getAllDomainStats(self, stats: int, flags: int) -> Any:  # noqa: N802 (libvirt's name)
+            raise libvirt.libvirtError("this function is not supported by the connection driver")
+
+    class Domain:
+        def name(self) -> str:
+            return "ns_vm1"
+
+        def UUIDString(self) -> str:  # noqa: N802 (libvirt's name)
+            return UUID
+
+    class Listing:
+        def getAllDomainStats(self, stats: int, flags: int) -> Any:  # noqa: N802 (libvirt's name)
+            assert stats == libvirt.VIR_DOMAIN_STATS_STATE
+            return [(Domain(), {"state.state": 5, "state.reason": 1})]
+
+    assert hosts.domain_states(Refusing()) is None
+    assert hosts.domain_states(Listing()) == {"ns_vm1": (UUID, "shutoff")}

@@ -78,7 +78,8 @@ async def reconcile(ctx: Context, body: Mapping[str, Any]) -> None:
         unreachable = Update.false(REACHABLE, exc.reason, exc.message)
         await ctx.write_status(HYPERVISORS, body, {}, [unreachable], STEPS)
         return
-    ctx.shared.listings.store(name, domains)
+    if domains is not None:
+        ctx.shared.listings.store(name, domains)
     used = placing.used_by(placed_vms(ctx), name)
     update = Update.true(REACHABLE, "Connected", f"libvirt {found.libvirt_version} over SSH")
     await ctx.write_status(HYPERVISORS, body, capacity_fields(found, used), [update], STEPS)

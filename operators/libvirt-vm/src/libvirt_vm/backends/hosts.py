@@ -201,10 +201,14 @@ def _content(conn: Any, volume: Any) -> bytes:
     return b"".join(chunks)
 
 
-def domain_states(conn: Any) -> dict[str, tuple[str, str]]:
+def domain_states(conn: Any) -> dict[str, tuple[str, str]] | None:
     """Every domain's UUID and state by name, in one call (libvirt's bulk stats; a domain's name and UUID
-    come with it, without a call of their own)."""
-    listed = conn.getAllDomainStats(libvirt.VIR_DOMAIN_STATS_STATE, 0)
+    come with it, without a call of their own); None where the host refuses that call, and the VMs there
+    are then re-checked in full."""
+    try:
+        listed = conn.getAllDomainStats(libvirt.VIR_DOMAIN_STATS_STATE, 0)
+    except libvirt.libvirtError:
+        return None
     return {
         domain.name(): (domain.UUIDString(), STATES.get(stats["state.state"], str(stats["state.state"])))
         for domain, stats in listed

@@ -192,8 +192,8 @@ async def test_metal_worker_waits_for_control_plane_claims_a_device_then_provisi
     }
     assert device["spec"]["connectionSecretRef"] == {"name": "netbox"}
     # No operator serves the device here: the machine says so once the grace for a first report is over
-    # (its retry comes between the end of the grace and twice that).
-    within = 2 * summaries.REPORT_GRACE_SECONDS + 15
+    # (its retry comes just after the grace).
+    within = summaries.REPORT_GRACE_SECONDS + 15
     await machine_condition(kube, namespace, "w-0", "DeviceClaimed", "Pending", within=within)
 
     # netbox-device's part: a server is claimed.

@@ -182,12 +182,16 @@ async def test_a_sleeping_loop_keeps_no_failed_reconcile_alive(monkeypatch: pyte
     assert alive_while_sleeping == [False, False]
 
 
-async def test_the_retry_of_a_timed_wait_reads_from_the_watch_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_retry_of_a_timed_wait_comes_unjittered_and_reads_from_the_watch_cache(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     client = kube.Kube.__new__(kube.Kube)
     ctx = Context(client, None, GlueSettings(settle_seconds=0.0), Wakeups(), WatchCache())  # type: ignore[arg-type]
     stop = Stop(3)
+    slept: list[float] = []
 
     async def timer_ran_out(event: asyncio.Event, stopped: Any, seconds: float) -> bool:
+        slept.append(seconds)
         stop.rounds -= 1
         return False
 
@@ -201,6 +205,8 @@ async def test_the_retry_of_a_timed_wait_reads_from_the_watch_cache(monkeypatch:
     monkeypatch.setattr(loops, "sleep_until_woken", timer_ran_out)
     await loops.run(ctx, KEY, reconcile, stop)
     assert sources == ["cache", "cache", "api"]
+    assert slept[0] == 10.0, "the timed wait's own delay"
+    assert 10.0 <= slept[1] <= 20.0, slept  # 20 s, jittered
 
 
 class StopOnEvent:

@@ -49,7 +49,8 @@ def as_capfleet_error(exc: Exception, key: Key) -> tuple[errors.CapfleetError, s
 
 class TimedWait(errors.Waiting):
     """A wait that ends at a time the reconcile knows (a grace), not one that doubts what the watches
-    showed: its retry reads from the watch cache, as a reconcile woken by a change does."""
+    showed: its retry comes when its delay says, unjittered, and reads from the watch cache, as a
+    reconcile woken by a change does."""
 
 
 async def run(
@@ -67,10 +68,13 @@ async def run(
                 await reconcile(ctx.cache.reader(ctx.kube) if from_cache else ctx.kube)
             except Exception as exc:  # every failure is retried: the loop must outlive it
                 error, result = as_capfleet_error(exc, key)
-                backoff = error.delay(retry)
-                delay = errors.jittered(backoff) if backoff is not None else ctx.settings.resync_seconds
-                retry += 1
                 timed = isinstance(error, TimedWait)
+                backoff = error.delay(retry)
+                if backoff is None:
+                    delay = ctx.settings.resync_seconds
+                else:  # a timed wait's end is its own: jitter would only retry before it
+                    delay = backoff if timed else errors.jittered(backoff)
+                retry += 1
                 # Not kept while the loop sleeps: its traceback holds every frame of the failed reconcile
                 # and all it read, and a loop keeps sleeping after later successes too.
                 del error

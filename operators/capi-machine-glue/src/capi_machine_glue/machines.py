@@ -67,8 +67,7 @@ class AwaitingReport(loops.TimedWait):
         self.seconds_left = seconds_left
 
     def delay(self, retry: int) -> float | None:
-        # The loop waits a random part of the delay, between half of it and all of it.
-        return 2 * self.seconds_left + 0.5
+        return self.seconds_left + 0.5
 
 
 def seconds_since(stamp: str | None) -> float:

@@ -147,6 +147,8 @@ def test_only_the_providers_requests_count_and_each_audit_id_once() -> None:
         },
         {"auditID": "d", "user": {"username": other}, "verb": "create", "userAgent": "capfleet-bench"},
         {"auditID": "e", "verb": "get"},
+        # a watch that started before these lines and ends among them: counted where it started
+        {"auditID": "f", "user": {"username": me}, "verb": "watch", "stage": "ResponseComplete"},
     ]
     requests = requests_of(events, me)
     assert requests.total == 3

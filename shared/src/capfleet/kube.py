@@ -18,6 +18,7 @@ from typing import Any, Literal
 import aiohttp
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
+from yarl import URL
 
 from capfleet.resources import Resource
 
@@ -77,6 +78,29 @@ def _error(exc: ApiException, *, creating: bool = False) -> KubeError:
     return KubeError(status, reason, message)
 
 
+def proxy_from_environment(configuration: client.Configuration) -> None:
+    """Route to the API server through the proxy the environment names for it (`HTTPS_PROXY`, unless
+    `NO_PROXY` exempts it), looked up once here."""
+    try:
+        proxy, auth = aiohttp.helpers.get_env_proxy_for_url(URL(configuration.host or ""))
+    except LookupError:
+        return
+    if auth is not None:  # aiohttp's proxy request takes the credentials from the URL
+        proxy = proxy.with_user(auth.login).with_password(auth.password)
+    configuration.proxy = str(proxy)
+
+
+def _stop_reading_the_environment(api: client.ApiClient) -> None:
+    """kubernetes_asyncio opens its session with `trust_env`, so aiohttp looked up `.netrc` and the proxy
+    variables again for every request, each in a thread of the default executor: two thread hops per
+    request (6 % of ipam-address's CPU samples in `make bench-ipam`), and a `.netrc` entry for the API
+    server's host failed every request (Basic auth beside the bearer token). The proxy is resolved once
+    (`proxy_from_environment`); `.netrc` is not for the API server, whose credentials are the kubeconfig's.
+    aiohttp offers no setter: a test fails if this attribute stops meaning what it does."""
+    session = api.rest_client.pool_manager
+    session._trust_env = False
+
+
 class Kube:
     """Typed access to any resource described by a `capfleet.resources.Resource`."""
 
@@ -96,8 +120,10 @@ class Kube:
             config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         else:
             await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        proxy_from_environment(configuration)
         async with client.ApiClient(configuration=configuration) as api:
             api.user_agent = field_manager
+            _stop_reading_the_environment(api)
             yield cls(api, field_manager)
 
     async def _call(

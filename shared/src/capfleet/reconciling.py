@@ -14,6 +14,7 @@ kopf's retry with the error's backoff, the one retry policy of the fleet.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from collections.abc import Awaitable, Callable, Mapping
@@ -91,6 +92,18 @@ def _boolean(raw: str) -> bool:
     raise ValueError("not a boolean (true/false)")
 
 
+@functools.cache
+def _memo_fields(context: type[Context]) -> tuple[tuple[str, str, type[Any]], ...]:
+    """A context class's `in_memo` fields: (name, memo key, class). Resolved once per class: resolving
+    the annotations on every reconcile was 3 % of ipam-address's CPU samples in `make bench-ipam`."""
+    hints = typing.get_type_hints(context)
+    return tuple(
+        (f.name, f.metadata["memo"], _runtime_type(hints[f.name]))
+        for f in dataclasses.fields(context)
+        if "memo" in f.metadata
+    )
+
+
 def from_memo(memo: Mapping[str, Any], key: str, kind: type[T]) -> T:
     """What startup put in the operator-wide memo under `key`; a clear error when startup did not run."""
     found = memo.get(key)
@@ -123,12 +136,8 @@ class Context:
         object a shallow copy of it, so shared parts must exist before the first object is handled);
         `rest` gives fields that are not in memo."""
         kube, recorder = cls.parts(memo)
-        hints = typing.get_type_hints(cls)
-        found = {
-            f.name: from_memo(memo, f.metadata["memo"], _runtime_type(hints[f.name]))
-            for f in dataclasses.fields(cls)
-            if "memo" in f.metadata
-        }
+        fields = _memo_fields(cls)  # type: ignore[arg-type]  # a class is hashable; mypy sees Self
+        found = {name: from_memo(memo, key, kind) for name, key, kind in fields}
         return cls(kube=kube, recorder=recorder, **found, **rest)
 
     async def write_status(

@@ -167,7 +167,8 @@ def request_target(event: Obj) -> str:
 
 
 def requests_of(events: Iterable[Obj], username: str) -> Requests:
-    """The requests that `username` made, among `events` (audit log lines)."""
+    """The requests that `username` made, among `events` (audit log lines). A watch is logged when it
+    starts and again when it ends, maybe in a later read of the log: it is counted when it starts."""
     seen: set[str] = set()
     verbs: Counter[str] = Counter()
     targets: Counter[str] = Counter()
@@ -176,7 +177,7 @@ def requests_of(events: Iterable[Obj], username: str) -> Requests:
         if (event.get("user") or {}).get("username") != username:
             continue
         audit_id = str(event.get("auditID"))
-        if audit_id in seen:
+        if audit_id in seen or (event.get("stage") == "ResponseComplete" and event.get("verb") == "watch"):
             continue
         seen.add(audit_id)
         verbs[str(event.get("verb"))] += 1

@@ -38,13 +38,13 @@ IMAGE_CACHE_KEY = "image_cache"
 
 
 @kopf.index(*INSTANCES)
-def instances_by_mac(body: kopf.Body, **_: Any) -> dict[str, Served]:
+async def instances_by_mac(body: kopf.Body, **_: Any) -> dict[str, Served]:
     served = served_of(body)
     return {served.spec.boot_mac_address: served} if served is not None else {}
 
 
 @kopf.index(*INSTANCES)
-def instances_by_token(body: kopf.Body, **_: Any) -> dict[str, Served]:
+async def instances_by_token(body: kopf.Body, **_: Any) -> dict[str, Served]:
     served = served_of(body)
     return {served.token: served} if served is not None and served.token else {}
 

@@ -59,7 +59,7 @@ def wakeups(memo: kopf.Memo) -> Wakeups:
     return reconciling.from_memo(memo, WAKEUPS_KEY, Wakeups)
 
 
-WatchHandler = Callable[..., None]
+WatchHandler = Callable[..., Awaitable[None]]
 
 
 def remembering(handler: WatchHandler) -> WatchHandler:
@@ -67,12 +67,12 @@ def remembering(handler: WatchHandler) -> WatchHandler:
     wrap it)."""
 
     @functools.wraps(handler)
-    def remember_then_handle(
+    async def remember_then_handle(
         *, resource: kopf.Resource, event: kopf.RawEvent, memo: kopf.Memo, **kwargs: Any
     ) -> None:
         cache = reconciling.from_memo(memo, CACHE_KEY, WatchCache)
         cache.seen(resource, event["object"], deleted=event["type"] == "DELETED")
-        handler(memo=memo, **kwargs)
+        await handler(memo=memo, **kwargs)
 
     return remember_then_handle
 
@@ -149,13 +149,13 @@ async def delete_cluster(name: str, namespace: str | None, memo: kopf.Memo, **_:
 
 @kopf.on.event(*HYBRID_MACHINES.watch)
 @remembering
-def machine_changed(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
+async def machine_changed(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
     wakeups(memo).poke(Key(HYBRID_MACHINE, _namespaced(namespace), name))
 
 
 @kopf.on.event(*HYBRID_CLUSTERS.watch)
 @remembering
-def hybrid_cluster_changed(
+async def hybrid_cluster_changed(
     name: str, namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any
 ) -> None:
     registry = wakeups(memo)
@@ -167,13 +167,13 @@ def hybrid_cluster_changed(
 
 @kopf.on.event(*CLUSTERS.watch)
 @remembering
-def cluster_changed(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
+async def cluster_changed(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
     wakeups(memo).poke_cluster(_namespaced(namespace), name)
 
 
 @kopf.on.event(*MACHINES.watch)
 @remembering
-def capi_machine_changed(body: kopf.Body, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
+async def capi_machine_changed(body: kopf.Body, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
     ref = capi.Machine.parse(body).spec.infrastructure_ref
     if ref is not None and ref.kind == HYBRID_MACHINE and ref.name:
         wakeups(memo).poke(Key(HYBRID_MACHINE, _namespaced(namespace), ref.name))
@@ -185,7 +185,7 @@ def capi_machine_changed(body: kopf.Body, namespace: str | None, memo: kopf.Memo
 @kopf.on.event(*NETBOX_DEVICES.watch)
 @kopf.on.event(*INSTANCES.watch)
 @remembering
-def child_changed(meta: kopf.Meta, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
+async def child_changed(meta: kopf.Meta, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
     registry = wakeups(memo)
     for ref in meta.get("ownerReferences") or []:
         if ref.get("kind") in (HYBRID_MACHINE, HYBRID_CLUSTER):
@@ -194,5 +194,5 @@ def child_changed(meta: kopf.Meta, namespace: str | None, memo: kopf.Memo, **_: 
 
 @kopf.on.event(*ADDRESSES.watch)
 @remembering
-def address_changed(**_: Any) -> None:
+async def address_changed(**_: Any) -> None:
     """Only kept: the claim's own change (its addressRef) is what wakes the machine."""

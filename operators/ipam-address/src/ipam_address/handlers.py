@@ -55,25 +55,25 @@ def our_address(body: kopf.Body, **_: Any) -> bool:
 
 @kopf.index(*IPPOOLS)
 @kopf.index(*NETBOX_POOLS)
-def capfleet_pools(body: kopf.Body, **_: Any) -> dict[PoolKey, PoolInfo]:
+async def capfleet_pools(body: kopf.Body, **_: Any) -> dict[PoolKey, PoolInfo]:
     info = pools.info_of(body)
     return {info.key: info}
 
 
 @kopf.index(*ADDRESSES)
-def address_holders(body: kopf.Body, **_: Any) -> dict[tuple[PoolKey, str], str]:
+async def address_holders(body: kopf.Body, **_: Any) -> dict[tuple[PoolKey, str], str]:
     holding = pools.holding_of(body)
     return {} if holding is None else {(holding.pool, holding.address): holding.claim}
 
 
 @kopf.index(*ADDRESSES)
-def pool_addresses(body: kopf.Body, **_: Any) -> dict[PoolKey, str]:
+async def pool_addresses(body: kopf.Body, **_: Any) -> dict[PoolKey, str]:
     holding = pools.holding_of(body)
     return {} if holding is None else {holding.pool: holding.address}
 
 
 @kopf.index(*ADDRESSES)
-def claim_addresses(body: kopf.Body, **_: Any) -> dict[tuple[str, str], tuple[str, bool]]:
+async def claim_addresses(body: kopf.Body, **_: Any) -> dict[tuple[str, str], tuple[str, bool]]:
     holding = pools.holding_of(body)
     if holding is None:
         return {}

@@ -38,7 +38,7 @@ runtime.count_phases(HYPERVISORS)
 
 
 @kopf.index(*VMS.watch)
-def placed_vms(body: kopf.Body, **_: Any) -> dict[str, placements.PlacedVM]:
+async def placed_vms(body: kopf.Body, **_: Any) -> dict[str, placements.PlacedVM]:
     found = placements.placed_vm(body)
     return {found.hypervisor: found} if found is not None else {}
 

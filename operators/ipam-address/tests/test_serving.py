@@ -13,7 +13,7 @@ from typing import Any, cast
 
 import pytest
 
-from capfleet import errors, events, pausing
+from capfleet import errors, events, pausing, versions
 from capfleet.kube import Kube, KubeError
 from capfleet.resources import Resource
 from ipam_address import claims, netbox_pools, pools, serving
@@ -124,6 +124,7 @@ def netbox_pool(**spec: Any) -> dict[str, Any]:
 def claim_body(
     pool: str = "p", kind: str = "IPPool", annotations: dict[str, str] | None = None
 ) -> dict[str, Any]:
+    versions.forget()  # every claim built here has the same uid and resourceVersion, whatever it holds
     return {
         "apiVersion": "ipam.cluster.x-k8s.io/v1beta2",
         "kind": "IPAddressClaim",

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from capfleet import errors, ownership, pausing, resources
+from capfleet import errors, ownership, pausing, resources, versions
 from capfleet.api import capi
 from capfleet.kube import Kube, KubeError
 from ipam_address import netbox_pools, spaces
@@ -47,6 +47,10 @@ class Claim:
     @classmethod
     def of(cls, body: Mapping[str, Any]) -> Claim | None:
         """The claim, when its `poolRef` names one of our pools; None for any other claim."""
+        return _claim_of(body)
+
+    @classmethod
+    def parse(cls, body: Mapping[str, Any]) -> Claim | None:
         try:
             model = capi.IPAddressClaim.parse(body)
         except ValueError:  # no poolRef: no pool of ours
@@ -70,6 +74,9 @@ class Claim:
     @property
     def cluster_name(self) -> str | None:
         return self.model.spec.cluster_name or ownership.cluster_name(self.meta)
+
+
+_claim_of = versions.per_version(Claim.parse)
 
 
 async def is_paused(kube: Kube, claim: Claim) -> bool:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from capfleet import conditions, errors
+from capfleet import conditions, errors, versions
 from capfleet.api import capi, ipam, kinds
 from ipam_address import spaces
 
@@ -85,8 +85,7 @@ def key_of_ref(namespace: str, ref: capi.TypedReference | None) -> PoolKey | Non
     return PoolKey(namespace, ref.kind, ref.name)
 
 
-def holding_of(body: Mapping[str, Any]) -> Holding | None:
-    """What an IPAddress holds, when it is an address of one of our pools; None for any other."""
+def _holding_of(body: Mapping[str, Any]) -> Holding | None:
     try:
         found = capi.IPAddress.parse(body)
     except ValueError:  # not a complete IPAddress, so not one this operator wrote
@@ -96,6 +95,10 @@ def holding_of(body: Mapping[str, Any]) -> Holding | None:
         return None
     claim = found.spec.claim_ref.name or found.metadata.name
     return Holding(key, spaces.canonical(found.spec.address), claim, bool(found.metadata.deletion_timestamp))
+
+
+holding_of = versions.per_version(_holding_of)
+"""What an IPAddress holds, when it is an address of one of our pools; None for any other."""
 
 
 def info_of(body: Mapping[str, Any]) -> PoolInfo:

@@ -17,11 +17,11 @@ from capfleet.api import kinds
 from capfleet.api.baremetal import BaremetalInstanceSpec
 from capfleet.api.libvirt import LibvirtVMSpec
 from capfleet.resources import Resource
-from capi_machine_glue import deletions, inheritance, loops, machines, summaries
+from capi_machine_glue import deletions, handlers, inheritance, loops, machines, summaries
 from capi_machine_glue.cache import WatchCache
 from capi_machine_glue.contexts import Context
 from capi_machine_glue.settings import GlueSettings
-from capi_machine_glue.wakeups import Wakeups
+from capi_machine_glue.wakeups import HYBRID_MACHINE, Key, Wakeups
 
 NS = "ns"
 POOL = {"apiGroup": "ipam.capfleet.dev", "kind": "IPPool", "name": "v4"}
@@ -310,14 +310,31 @@ async def test_deletion_takes_the_server_first_and_polls_at_the_setting(api: Fak
     ctx, owner = await held_by_its_server(api, "w-0")
     api.gets.clear()
     with pytest.raises(deletions.ChildrenRemaining, match="BaremetalInstance w-0") as waiting:
-        await deletions.delete(ctx, owner)
+        await deletions.delete(ctx, api, owner)
     assert waiting.value.delay(0) == 0.5
     assert api.gets == ["Cluster", "BaremetalInstance"], "a server's deletion asks for no VM"
     assert (kinds.NETBOX_DEVICE.resource.plural, "w-0") in api.objects
     del api.objects[(kinds.BAREMETAL_INSTANCE.resource.plural, "w-0")]
     with pytest.raises(deletions.ChildrenRemaining, match="NetboxDevice w-0, IPAddressClaim w-0-eno1-0"):
-        await deletions.delete(ctx, owner)
-    await deletions.delete(ctx, owner)
+        await deletions.delete(ctx, api, owner)
+    await deletions.delete(ctx, api, owner)
+
+
+async def test_a_deletion_woken_by_a_change_reads_the_watch_cache_any_other_the_api_server(
+    api: FakeKube,
+) -> None:
+    ctx, owner = await held_by_its_server(api, "w-0")
+    ctx.cache.seen(kinds.HYBRID_MACHINE.resource, owner)
+    ctx.cache.seen(kinds.BAREMETAL_INSTANCE.resource, api.obj(kinds.BAREMETAL_INSTANCE.resource, "w-0"))
+    ctx.cache.seen(resources.CAPI_CLUSTERS, api.obj(resources.CAPI_CLUSTERS, "c1"))
+    attempt = handlers.deletion(ctx, Key(HYBRID_MACHINE, NS, "w-0"), deletions.delete)
+    api.gets.clear()
+    with pytest.raises(deletions.ChildrenRemaining, match="BaremetalInstance w-0"):
+        await attempt(True)
+    assert api.gets == []
+    with pytest.raises(deletions.ChildrenRemaining, match="BaremetalInstance w-0"):
+        await attempt(False)
+    assert api.gets == ["HybridMachine", "Cluster", "BaremetalInstance"]
 
 
 async def test_deletion_right_after_an_unpause_takes_the_mirrored_pause_off_the_children(
@@ -334,7 +351,7 @@ async def test_deletion_right_after_an_unpause_takes_the_mirrored_pause_off_the_
     claim["metadata"]["annotations"] = {pausing.PAUSED_ANNOTATION: "true"}
     owner = api.obj(kinds.HYBRID_MACHINE.resource, "w-0")
     with pytest.raises(deletions.ChildrenRemaining, match="IPAddressClaim w-0-eno1-0"):
-        await deletions.delete(ctx, owner)
+        await deletions.delete(ctx, api, owner)
     claim = api.obj(resources.IP_ADDRESS_CLAIMS, "w-0-eno1-0")
     assert claim["metadata"]["deletionTimestamp"]
     assert not pausing.annotated(claim["metadata"])
@@ -452,12 +469,12 @@ async def test_a_deletion_says_what_it_waits_for_only_once_it_has_waited_the_gra
 
     owner["metadata"]["deletionTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     with pytest.raises(deletions.ChildrenRemaining):
-        await deletions.delete(ctx, owner)
+        await deletions.delete(ctx, api, owner)
     assert api.status_patches == []
 
     long_ago = datetime.now(UTC) - timedelta(seconds=deletions.DELETION_REPORT_GRACE_SECONDS + 1)
     owner["metadata"]["deletionTimestamp"] = long_ago.strftime("%Y-%m-%dT%H:%M:%SZ")
     with pytest.raises(deletions.ChildrenRemaining):
-        await deletions.delete(ctx, owner)
+        await deletions.delete(ctx, api, owner)
     assert conditions(api, "w-0")["Ready"] == "Deleting"
     assert api.status_patches == ["HybridMachine/w-0"]

@@ -252,7 +252,7 @@ async def test_a_deletion_looks_again_when_a_child_changes_and_hands_a_long_wait
     remaining = ["BaremetalInstance m", "IPAddressClaim m-eth0-0"]
     attempts: asyncio.Queue[int] = asyncio.Queue()
 
-    async def attempt() -> None:
+    async def attempt(_by_wakeup: bool) -> None:
         attempts.put_nowait(len(remaining))
         if remaining:
             raise ChildrenRemaining(f"waiting for {remaining[0]}", poll_seconds=600.0)
@@ -269,7 +269,7 @@ async def test_a_deletion_looks_again_when_a_child_changes_and_hands_a_long_wait
     remaining.append("BaremetalInstance m")
     patient = ChildrenRemaining("waiting for BaremetalInstance m", poll_seconds=0.05)
 
-    async def stuck() -> None:
+    async def stuck(_by_wakeup: bool) -> None:
         raise patient
 
     with pytest.raises(ChildrenRemaining) as handed_over:

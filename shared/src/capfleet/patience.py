@@ -26,19 +26,21 @@ class StopFlag(Protocol):
     def wait(self, timeout: float | None = None) -> Awaitable[Any]: ...
 
 
-async def wait_out(attempt: Callable[[], Awaitable[None]], woken: asyncio.Event, patience: float) -> None:
+async def wait_out(attempt: Callable[[bool], Awaitable[None]], woken: asyncio.Event, patience: float) -> None:
     """Run `attempt` until it raises no `errors.Waiting`, trying again when `woken` is set or the wait's
-    backoff has passed; a wait whose next try would come after `patience` seconds is raised."""
-    started, retry = time.monotonic(), 0
+    backoff has passed; a wait whose next try would come after `patience` seconds is raised. `attempt` is
+    told whether `woken` brought it (False for the first try and after a backoff)."""
+    started, retry, by_wakeup = time.monotonic(), 0, False
     while True:
         woken.clear()  # before the attempt reads anything: a change while it runs wakes the next at once
         try:
-            await attempt()
+            await attempt(by_wakeup)
             return
         except errors.Waiting as waiting:
             delay = waiting.delay(retry)
             if delay is None or time.monotonic() - started + delay > patience:
                 raise
         retry += 1
+        by_wakeup = False
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(woken.wait(), delay)
+            by_wakeup = await asyncio.wait_for(woken.wait(), delay)

@@ -362,7 +362,7 @@ async def deprovision(
     namespace, name = str(meta.get("namespace") or ""), str(meta["name"])
     tries = 0
 
-    async def attempt() -> None:
+    async def attempt(_by_wakeup: bool) -> None:
         nonlocal tries
         # Read again after a wait: the boot server marked the cleaner's callback meanwhile.
         current = body if tries == 0 else await ctx.kube.get(INSTANCES, name, namespace)

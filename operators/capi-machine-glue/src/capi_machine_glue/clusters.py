@@ -138,14 +138,14 @@ async def control_plane_endpoint(
     return Update.true(ENDPOINT, "Allocated", f"{host}:{DEFAULT_API_PORT} from {pool.kind} {pool.name}")
 
 
-async def delete(ctx: Context, body: Obj) -> None:
+async def delete(ctx: Context, reads: Reads, body: Obj) -> None:
     """Release the VIP claim (if any) and wait for it; nothing for a move."""
     meta = body["metadata"]
     if pausing.moving(meta) or externally_managed(meta):
         return
     namespace = meta["namespace"]
     claim_name = names.endpoint_claim(meta["name"])
-    claim = await ctx.kube.get(CLAIMS, claim_name, namespace)
+    claim = await reads.get(CLAIMS, claim_name, namespace)
     if claim is None or not ownership.is_owned_by(claim, body):
         return
     if not claim["metadata"].get("deletionTimestamp"):

@@ -12,6 +12,7 @@ from capfleet import errors, kube, ownership, pausing, reconciling
 from capfleet.api import kinds
 from capfleet.conditions import Update
 from capfleet.resources import Resource
+from capi_machine_glue.cache import Reads
 from capi_machine_glue.contexts import (
     CLAIMS,
     HYBRID_MACHINES,
@@ -51,7 +52,9 @@ and the deletion's polls write it then. (When a whole fleet is deleted at once t
 at N = 100 in `make bench-fleet` the HybridMachine status writes while deleting stayed at 2.9 per machine.)"""
 
 
-async def _delete_owned(ctx: Context, body: Obj, targets: Sequence[tuple[Resource, str]]) -> list[str]:
+async def _delete_owned(
+    ctx: Context, reads: Reads, body: Obj, targets: Sequence[tuple[Resource, str]]
+) -> list[str]:
     """Request deletion of each existing child; the ones still present (being deleted or just asked).
 
     Called only while the machine is not paused: a child still carrying the paused annotation the glue
@@ -60,7 +63,7 @@ async def _delete_owned(ctx: Context, body: Obj, targets: Sequence[tuple[Resourc
     namespace = body["metadata"]["namespace"]
     remaining = []
     for resource, name in targets:
-        child = await ctx.kube.get(resource, name, namespace)
+        child = await reads.get(resource, name, namespace)
         if child is None or not ownership.is_owned_by(child, body):
             continue
         if pausing.annotated(child["metadata"]):
@@ -75,7 +78,7 @@ async def _delete_owned(ctx: Context, body: Obj, targets: Sequence[tuple[Resourc
     return remaining
 
 
-async def delete(ctx: Context, body: Obj) -> None:
+async def delete(ctx: Context, reads: Reads, body: Obj) -> None:
     """Delete the children, machine first, and wait until their operators have released everything."""
     meta = body["metadata"]
     if pausing.moving(meta):
@@ -83,7 +86,7 @@ async def delete(ctx: Context, body: Obj) -> None:
     namespace, name = meta["namespace"], meta["name"]
     spec = kinds.HYBRID_MACHINE.parse(body).spec
     poll = ctx.settings.deletion_poll_seconds
-    cluster = await capi_cluster(ctx.kube, ownership.cluster_name(meta), namespace)
+    cluster = await capi_cluster(reads, ownership.cluster_name(meta), namespace)
     if pausing.annotated(meta) or pausing.cluster_paused(cluster):
         await reconciling.Recorder(ctx, HYBRID_MACHINES, body, None).paused()
         raise ChildrenRemaining(
@@ -98,13 +101,16 @@ async def delete(ctx: Context, body: Obj) -> None:
     else:
         machine_first, then = [(INSTANCES, name)], [(NETBOX_DEVICES, name)]
     then += [(CLAIMS, n) for n in claim_names(spec, name)]
-    remaining = await _delete_owned(ctx, body, machine_first)
+    remaining = await _delete_owned(ctx, reads, body, machine_first)
     if not remaining:
-        remaining = await _delete_owned(ctx, body, then)
+        remaining = await _delete_owned(ctx, reads, body, then)
     if remaining:
         message = "waiting for " + ", ".join(remaining) + " to be deleted"
         if seconds_since(meta.get("deletionTimestamp")) >= DELETION_REPORT_GRACE_SECONDS:
             # Only Ready changes: the step conditions keep saying what the machine was.
             deleting = [Update.false("Ready", "Deleting", message)]
-            await ctx.write_status(HYBRID_MACHINES, body, {}, deleting, None)
+            # Kept in the watch cache, so a look woken before the watch shows this write reads it.
+            ctx.cache.written(
+                HYBRID_MACHINES, await ctx.write_status(HYBRID_MACHINES, body, {}, deleting, None)
+            )
         raise ChildrenRemaining(message, poll_seconds=poll)

@@ -90,7 +90,7 @@ async def run(
 
 
 async def waiting_out(
-    ctx: Context, key: Key, attempt: Callable[[], Awaitable[None]], patience: float
+    ctx: Context, key: Key, attempt: Callable[[bool], Awaitable[None]], patience: float
 ) -> None:
     """Run `attempt` until it no longer waits, looking again when a change to the object or one of its
     children wakes it (`patience.wait_out`): a deletion waits for the children's operators to release

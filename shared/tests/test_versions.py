@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from capfleet import versions
@@ -12,14 +12,22 @@ def body(uid: str, version: str, value: int) -> dict[str, Any]:
     return {"metadata": {"uid": uid, "resourceVersion": version}, "spec": {"value": value}}
 
 
-def test_a_version_is_read_once_and_only_the_latest_versions_are_kept() -> None:
+def counting_reader(
+    size: int = versions.RECENT_VERSIONS,
+) -> tuple[Callable[[Mapping[str, Any]], int], list[int]]:
+    """A reader of `spec.value` through `per_version`, and the values it really read, in order."""
     reads: list[int] = []
 
     def value(obj: Mapping[str, Any]) -> int:
-        reads.append(obj["spec"]["value"])
-        return int(obj["spec"]["value"])
+        found = int((obj.get("spec") or {}).get("value", 0))
+        reads.append(found)
+        return found
 
-    read = versions.per_version(value, size=2)
+    return versions.per_version(value, size=size), reads
+
+
+def test_a_version_is_read_once_and_only_the_latest_versions_are_kept() -> None:
+    read, reads = counting_reader(size=2)
     assert [read(body("a", "1", 1)), read(body("a", "1", 1)), read(body("a", "2", 2))] == [1, 1, 2]
     assert reads == [1, 2]
     read(body("b", "1", 3))  # a/1 is now the oldest of three: forgotten
@@ -29,13 +37,7 @@ def test_a_version_is_read_once_and_only_the_latest_versions_are_kept() -> None:
 
 
 def test_an_object_without_uid_or_version_is_read_every_time() -> None:
-    reads: list[int] = []
-
-    def value(obj: Mapping[str, Any]) -> int:
-        reads.append(1)
-        return 0
-
-    read = versions.per_version(value)
+    read, reads = counting_reader()
     read({"metadata": {"uid": "a"}})
     read({"metadata": {"uid": "a"}})
     read({"metadata": {"resourceVersion": "1"}})
@@ -44,14 +46,8 @@ def test_an_object_without_uid_or_version_is_read_every_time() -> None:
 
 
 def test_forget_forgets_every_reader_s_answers() -> None:
-    reads: list[int] = []
-
-    def value(obj: Mapping[str, Any]) -> int:
-        reads.append(1)
-        return 0
-
-    read = versions.per_version(value)
+    read, reads = counting_reader()
     read(body("a", "1", 1))
     versions.forget()
     read(body("a", "1", 1))
-    assert len(reads) == 2
+    assert reads == [1, 1]

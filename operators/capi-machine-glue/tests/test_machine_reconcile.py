@@ -58,6 +58,7 @@ class FakeKube:
         self.created: list[str] = []
         self.events: list[tuple[str, str, str]] = []  # involved object's name, type, reason
         self.gets: list[str] = []
+        self.deletes: list[str] = []
         self.status_patches: list[str] = []
         # How old a child is when the glue first reads it back: older than the grace for a first report,
         # unless a test says otherwise, so each step's waiting is written.
@@ -107,12 +108,16 @@ class FakeKube:
         self.status_patches.append(f"{resource.kind}/{name}")
         _merge(self.obj(resource, name).setdefault("status", {}), patch)
 
-    async def delete(self, resource: Resource, name: str, namespace: str | None = None) -> None:
+    async def delete(self, resource: Resource, name: str, namespace: str | None = None) -> Obj:
+        self.deletes.append(f"{resource.kind}/{name}")
         found = self.obj(resource, name)
+        if "resourceVersion" in found["metadata"]:
+            found["metadata"]["resourceVersion"] = str(int(found["metadata"]["resourceVersion"]) + 1)
         if found["metadata"].get("finalizers"):
             found["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
         else:
             del self.objects[(resource.plural, name)]
+        return copy.deepcopy(found)
 
     def bind_claims(self) -> None:
         for (plural, name), claim in list(self.objects.items()):
@@ -301,7 +306,12 @@ async def held_by_its_server(api: FakeKube, name: str) -> tuple[Context, Obj]:
     ctx = context(api)
     await machines.reconcile(ctx, NS, name, api)
     owner = api.obj(kinds.HYBRID_MACHINE.resource, name)
-    held = {"name": name, "finalizers": ["x"], "ownerReferences": [{"uid": owner["metadata"]["uid"]}]}
+    held = {
+        "name": name,
+        "finalizers": ["x"],
+        "ownerReferences": [{"uid": owner["metadata"]["uid"]}],
+        "resourceVersion": "1",
+    }
     api.put(kinds.BAREMETAL_INSTANCE.resource, {"metadata": held, "spec": {}})
     return ctx, owner
 
@@ -332,6 +342,9 @@ async def test_a_deletion_woken_by_a_change_reads_the_watch_cache_any_other_the_
     with pytest.raises(deletions.ChildrenRemaining, match="BaremetalInstance w-0"):
         await attempt(True)
     assert api.gets == []
+    with pytest.raises(deletions.ChildrenRemaining, match="BaremetalInstance w-0"):
+        await attempt(True)  # before the watch shows the deletion the first look asked for
+    assert api.deletes == ["BaremetalInstance/w-0"], "the answer to the deletion is kept in the watch cache"
     with pytest.raises(deletions.ChildrenRemaining, match="BaremetalInstance w-0"):
         await attempt(False)
     assert api.gets == ["HybridMachine", "Cluster", "BaremetalInstance"]

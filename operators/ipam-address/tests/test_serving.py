@@ -67,9 +67,11 @@ class FakeKube:
     ) -> None:
         self.statuses.append(status)
 
-    async def delete(self, resource: Resource, name: str, namespace: str | None = None, **_: Any) -> bool:
+    async def delete(
+        self, resource: Resource, name: str, namespace: str | None = None, **_: Any
+    ) -> dict[str, Any] | None:
         self.deleted.append((resource.kind, name))
-        return self.objects.pop((resource.kind, name), None) is not None
+        return self.objects.pop((resource.kind, name), None)
 
 
 class FakeNetbox:

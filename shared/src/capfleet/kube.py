@@ -267,20 +267,21 @@ class Kube:
         *,
         propagation: Propagation | None = None,
         uid: str | None = None,
-    ) -> bool:
-        """Request deletion; False when the object was already gone (or replaced, when `uid` is given)."""
+    ) -> Obj | None:
+        """Request deletion; the API server's answer (the object as the request left it: still there with a
+        deletionTimestamp while finalizers hold it), or None when it was already gone (or replaced, when
+        `uid` is given)."""
         options: Obj = {"kind": "DeleteOptions", "apiVersion": "v1"}
         if propagation:
             options["propagationPolicy"] = propagation
         if uid:
             options["preconditions"] = {"uid": uid}
         try:
-            await self._call("DELETE", resource.path(namespace, name), body=options)
+            return await self._call("DELETE", resource.path(namespace, name), body=options)
         except KubeError as exc:
             if exc.status == 404 or (uid and exc.status == 409):
-                return False
+                return None
             raise
-        return True
 
 
 def _in_cluster() -> bool:

@@ -16,6 +16,8 @@ from capfleet_e2e.bench.fleetfigures import (
     SideResult,
     format_results,
     netbox_spent,
+    patch_change,
+    patches_by_change,
     provisioned_workers,
     writes_of,
 )
@@ -65,6 +67,48 @@ def test_writes_are_the_changing_verbs_each_audit_id_once() -> None:
     assert writes_of(events, "system:serviceaccount:capfleet-system:glue") == 2
 
 
+def test_a_patch_is_told_by_what_it_changes_whether_a_merge_patch_or_a_json_patch() -> None:
+    merge = {
+        "metadata": {
+            "annotations": {"baremetal.capfleet.dev/seed-fetched-at": "t", "plain": None},
+            "finalizers": ["x"],
+            "resourceVersion": "7",
+        },
+        "spec": {"hypervisorName": "hv-0"},
+    }
+    changes = "annotation plain, annotation seed-fetched-at, finalizers, spec.hypervisorName"
+    assert patch_change(merge) == changes
+    assert patch_change({"status": {"conditions": [], "ready": True}}) == "status.conditions, status.ready"
+    json_patch = [
+        {"op": "test", "path": "/metadata/finalizers", "value": ["a"]},
+        {"op": "remove", "path": "/metadata/finalizers/0"},
+        {"op": "add", "path": "/metadata/annotations/kopf.zalando.org~1last-handled-configuration"},
+    ]
+    assert patch_change(json_patch) == "annotation last-handled-configuration, finalizers"
+    assert patch_change({"metadata": {"resourceVersion": "7"}}) == "nothing"
+
+
+def test_patches_are_counted_by_resource_and_change_each_audit_id_once_and_only_with_a_body() -> None:
+    glue = "system:serviceaccount:capfleet-system:glue"
+
+    def patch(audit_id: str, body: Any | None) -> dict[str, Any]:
+        found = {**event(glue, "patch", audit_id), "objectRef": {"resource": "hybridmachines"}}
+        return found if body is None else {**found, "requestObject": body}
+
+    events = [
+        patch("a", {"metadata": {"finalizers": ["f"]}}),
+        patch("a", {"metadata": {"finalizers": ["f"]}}),
+        patch("b", {"metadata": {"finalizers": ["f"]}}),
+        patch("c", {"spec": {"providerID": "p"}}),
+        patch("d", None),  # a Secret's patch: logged without its body
+        {**event("someone-else", "patch", "e"), "requestObject": {"spec": {}}},
+    ]
+    assert patches_by_change(events, glue) == {
+        "patch hybridmachines: finalizers": 2,
+        "patch hybridmachines: spec.providerID": 1,
+    }
+
+
 def test_the_table_shows_times_with_their_ratio_and_per_machine_costs() -> None:
     floor = SideResult("floor", 100, 40.0, 20.0)
     fleet = SideResult(
@@ -74,7 +118,12 @@ def test_the_table_shows_times_with_their_ratio_and_per_machine_costs() -> None:
         30.0,
         {
             "capi-machine-glue": OperatorFigures(
-                1200, 500, 12.5, 80.0, {"patch hybridmachines/status": 400, "create ipaddressclaims": 100}
+                1200,
+                500,
+                12.5,
+                80.0,
+                {"patch hybridmachines/status": 400, "create ipaddressclaims": 100},
+                patches_by_change={"patch hybridmachines: finalizers": 100, "patch hybridmachines: x": 4},
             ),
             "ipam-address": OperatorFigures(300, 300, 3.0, 82.0, idle_rss_mib=71.5),
         },
@@ -94,9 +143,13 @@ def test_the_table_shows_times_with_their_ratio_and_per_machine_costs() -> None:
     assert table[9].endswith(": 0")
     assert table[12] == "  capi-machine-glue: patch hybridmachines/status 4.00, create ipaddressclaims 1.00"
     assert table[13] == "  ipam-address: none"
-    assert table[16].split() == ["capi-machine-glue", "5.00", "2.00", "4.0"]  # per machine of N + 1
-    assert table[17].split() == ["all", "operators", "2.00"]
-    assert table[19] == "  capi-machine-glue: delete baremetalinstances 1.00"
+    assert table[14:16] == [
+        "patches per machine, by what they change:",
+        "  capi-machine-glue: patch hybridmachines: finalizers 1.00",  # not the 0.04 per machine
+    ]
+    assert table[18].split() == ["capi-machine-glue", "5.00", "2.00", "4.0"]  # per machine of N + 1
+    assert table[19].split() == ["all", "operators", "2.00"]
+    assert table[21] == "  capi-machine-glue: delete baremetalinstances 1.00"
 
 
 def test_netbox_requests_and_the_labs_cpu_by_process_get_lines_per_phase() -> None:

@@ -58,6 +58,18 @@ omitStages: ["RequestReceived"]
 rules:
 - level: Metadata
 """
+PATCH_BODIES_AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  resources: [{group: "", resources: ["secrets", "configmaps"]}]
+- level: Request
+  verbs: ["patch"]
+  omitManagedFields: true
+- level: Metadata
+"""
+"""As AUDIT_POLICY, with the body of each patch (but never of a Secret or ConfigMap): what it changed."""
 
 
 class Cluster(Protocol):
@@ -168,8 +180,10 @@ class ControlPlane:
         version: str = KUBE_VERSION,
         start_timeout: float = START_TIMEOUT,
         apiserver_args: Sequence[str] = (),
+        audit_policy: str = AUDIT_POLICY,
     ):
         self.version = version
+        self.audit_policy = audit_policy
         self.apiserver_args = tuple(apiserver_args)
         self.start_timeout = start_timeout
         self.components: list[Component] = []
@@ -256,7 +270,7 @@ class ControlPlane:
                 f"{self._kcm_token},{KCM_USER},{KCM_USER}\n"
             ).encode(),
         )
-        policy = write_private(self._tmp / "audit-policy.yaml", AUDIT_POLICY.encode())
+        policy = write_private(self._tmp / "audit-policy.yaml", self.audit_policy.encode())
         argv = apiserver_argv(
             bin_dir / "kube-apiserver",
             port=self.port,

@@ -52,6 +52,7 @@ from capfleet_e2e.bench.fleetfigures import (
     format_results,
     is_write,
     netbox_spent,
+    patches_by_change,
     provisioned_workers,
     writes_of,
 )
@@ -68,7 +69,7 @@ from capfleet_e2e.bench.fleetlab import (
 from capfleet_e2e.bench.floor import Capd, floor_cluster
 from capfleet_e2e.bench.measure import ProcSample, cpu_since, read_cpu_by_label, read_proc, requests_of
 from capfleet_e2e.capi import CapiManagers
-from capfleet_e2e.controlplane import ControlPlane
+from capfleet_e2e.controlplane import PATCH_BODIES_AUDIT_POLICY, ControlPlane
 from capfleet_e2e.kubebin import artifacts_dir
 from capfleet_e2e.netbox.fixtures import RealNetboxes, instance_behind
 from capfleet_e2e.netbox.proxy import NetboxProxy
@@ -251,6 +252,7 @@ def operator_figures(
             after[op].cpu_seconds - before[op].cpu_seconds,
             after[op].peak_rss_bytes / 2**20,
             writes,
+            patches_by_change=patches_by_change(events, service_account_user(op)),
         )
     return figures
 
@@ -398,7 +400,7 @@ async def bench(
     n: int, within: float, workdir: Path, vms: int | None = None
 ) -> tuple[SideResult, SideResult]:
     """Both sides at `n` worker Machines, `vms` of capfleet's (default: half) VMs."""
-    with ControlPlane() as cp, CapiManagers(cp):
+    with ControlPlane(audit_policy=PATCH_BODIES_AUDIT_POLICY) as cp, CapiManagers(cp):
         async with Kube.connect("capfleet-bench", str(cp.kubeconfig)) as kube:
             floor = await run_floor(cp, kube, n, within)
             vm_count = n // 2 if vms is None else vms

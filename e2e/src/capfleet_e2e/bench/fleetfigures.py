@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from capfleet_e2e.bench.measure import requests_of
+from capfleet_e2e.bench.measure import request_target, requests_of
 
 Obj = dict[str, Any]
 WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})
@@ -28,6 +28,8 @@ class OperatorFigures:
     writes_by_target: dict[str, int] = field(default_factory=dict)
     # Resident now, once the fleet is converged and has been quiet for a minute.
     idle_rss_mib: float | None = None
+    # "patch baremetalinstances: annotation seed-fetched-at" -> how many: what each patch changed.
+    patches_by_change: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -76,6 +78,56 @@ def writes_of(events: Iterable[Obj], username: str) -> int:
     return sum(requests_of(events, username).by_verb.get(verb, 0) for verb in WRITES)
 
 
+def patches_by_change(events: Iterable[Obj], username: str) -> dict[str, int]:
+    """`username`'s patches among audit `events` (logged with their bodies) by resource and what they
+    changed, most first: "patch baremetalinstances: annotation seed-fetched-at" -> how many."""
+    seen: set[str] = set()
+    changes: Counter[str] = Counter()
+    for event in events:
+        if (event.get("user") or {}).get("username") != username or event.get("verb") != "patch":
+            continue
+        audit_id = str(event.get("auditID"))
+        if audit_id in seen or "requestObject" not in event:
+            continue
+        seen.add(audit_id)
+        changes[f"{request_target(event)}: {patch_change(event['requestObject'])}"] += 1
+    return dict(changes.most_common())
+
+
+def patch_change(body: Any) -> str:
+    """What a merge patch or a JSON patch changes, in a few words: "finalizers", "annotation
+    seed-fetched-at" (an annotation by its name without prefix), "spec.hypervisorName",
+    "status.conditions"."""
+    parts: set[str] = set()
+    if isinstance(body, list):
+        for op in body:
+            path = [p.replace("~1", "/").replace("~0", "~") for p in str(op.get("path", "")).split("/")[1:]]
+            parts.add(_change_of(path[:3]))
+    elif isinstance(body, dict):
+        for top, value in body.items():
+            if top in {"apiVersion", "kind"}:
+                continue
+            if not isinstance(value, dict):
+                parts.add(top)
+                continue
+            for key, inner in value.items():
+                if top == "metadata" and key == "resourceVersion":
+                    continue
+                if top == "metadata" and key == "annotations" and isinstance(inner, dict):
+                    parts |= {_change_of(["metadata", "annotations", name]) for name in inner}
+                else:
+                    parts.add(_change_of([top, key]))
+    return ", ".join(sorted(parts)) or "nothing"
+
+
+def _change_of(path: Sequence[str]) -> str:
+    if path[:2] == ["metadata", "annotations"] and len(path) > 2:
+        return "annotation " + path[2].rsplit("/", 1)[-1]
+    if path[:1] == ["metadata"]:
+        return ".".join(path[1:2]) or "metadata"
+    return ".".join(path[:2])
+
+
 def is_write(target: str) -> bool:
     return target.split(" ", 1)[0] in WRITES
 
@@ -111,6 +163,7 @@ def format_results(floor: SideResult, fleet: SideResult) -> str:
     lines.append("writes per machine, by request:")
     lines += _spent(fleet.operators, n)
     lines += _netbox_spent(fleet.netbox_by_request, n)
+    lines += _patched(fleet.operators, n)
     if fleet.deletion:
         lines.append("")
         lines += _per_operator("deleting (N + 1 machines)", fleet.deletion, n + 1, peak_rss=False)
@@ -120,6 +173,7 @@ def format_results(floor: SideResult, fleet: SideResult) -> str:
         lines.append("writes per machine while deleting, by request:")
         lines += _spent(fleet.deletion, n + 1)
         lines += _netbox_spent(fleet.netbox_by_request_deleting, n + 1)
+        lines += _patched(fleet.deletion, n + 1)
     return "\n".join(lines)
 
 
@@ -174,3 +228,17 @@ def _netbox_spent(by_request: Mapping[str, int], machines: int) -> list[str]:
         return []
     spent = ", ".join(f"{request} {count / machines:.2f}" for request, count in by_request.items())
     return [f"  NetBox: {spent}"]
+
+
+def _patched(operators: Mapping[str, OperatorFigures], machines: int) -> list[str]:
+    """The patches per machine by what they changed (0.05 or more per machine), for each operator."""
+    lines = []
+    for name, figures in operators.items():
+        spent = [
+            f"{change} {count / machines:.2f}"
+            for change, count in figures.patches_by_change.items()
+            if count / machines >= 0.05
+        ]
+        if spent:
+            lines.append(f"  {name}: " + "; ".join(spent))
+    return ["patches per machine, by what they change:", *lines] if lines else []

@@ -80,7 +80,7 @@ def test_a_patch_is_told_by_what_it_changes_whether_a_merge_patch_or_a_json_patc
     assert patch_change(merge) == changes
     assert patch_change({"status": {"conditions": [], "ready": True}}) == "status.conditions, status.ready"
     json_patch = [
-        {"op": "test", "path": "/metadata/finalizers", "value": ["a"]},
+        {"op": "test", "path": "/metadata/resourceVersion", "value": "7"},
         {"op": "remove", "path": "/metadata/finalizers/0"},
         {"op": "add", "path": "/metadata/annotations/kopf.zalando.org~1last-handled-configuration"},
     ]

@@ -119,6 +119,27 @@ def test_no_operator_loads_libvirt_paramiko_pyghmi_or_cryptography_until_it_need
     assert done.stdout.strip() == "[]"
 
 
+def test_libvirt_vm_loads_paramiko_without_invoke_which_only_an_ssh_config_match_exec_needs() -> None:
+    script = "\n".join(
+        [
+            "import sys",
+            "from libvirt_vm.backends import connections",
+            "connections.load_bindings()",
+            "from paramiko import config",
+            "print(sys.modules['invoke'], config.invoke, type(config.invoke_import_error).__name__)",
+        ]
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["None", "None", "ModuleNotFoundError"]
+
+
+def test_a_refused_package_already_imported_is_left_alone() -> None:
+    script = "import json, sys\nfrom capfleet import lean_imports\nlean_imports.refuse('json')\nimport json\n"
+    script += "print(sys.modules['json'] is json, json.dumps(1))"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["True", "1"]
+
+
 def test_a_lazy_module_loads_when_first_read_and_is_the_module_itself() -> None:
     script = "\n".join(
         [

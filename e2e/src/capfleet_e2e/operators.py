@@ -1,7 +1,8 @@
 """Running a capfleet operator as a subprocess, exactly as users run it: `python -m <package>`.
 
 Integration and end-to-end tests start operators this way (not in-process) so that a test can kill one
-mid-way, read its `/metrics` and liveness endpoints, and see the same start-up path a container runs.
+mid-way, read its `/metrics` and liveness endpoints, and see the same start-up path a container runs,
+from compiled bytecode as in the images (`capfleet_e2e.bytecode`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
+from capfleet_e2e import bytecode
 from capfleet_e2e.processes import Component, free_port, wait_for
 
 # Numbers each operator process of a test session, so two replicas of one module keep separate logs.
@@ -40,7 +42,7 @@ class OperatorProcess:
         self.log_dir = log_dir
         self.namespaces = list(namespaces)
         self.extra_args = list(extra_args)
-        self.env = dict(env or {})
+        self.env = {**bytecode.compiled_env(), **(env or {})}
         self.health_port = free_port()
         self.metrics_port = free_port()
         self.component: Component | None = None

@@ -21,6 +21,7 @@ import importlib.util
 import sys
 import types
 from pathlib import Path
+from typing import cast
 
 PACKAGE = "kubernetes_asyncio"
 LAZY_PACKAGES = ("", ".client", ".client.api", ".client.models")
@@ -113,3 +114,9 @@ def lazy(name: str) -> types.ModuleType:
     sys.modules[name] = module
     loader.exec_module(module)
     return module
+
+
+def refuse(name: str) -> None:
+    """Make `import name` raise ImportError from now on: for a package a library imports only for a
+    feature capfleet never uses, and works without. A package already imported is left alone."""
+    cast(dict[str, types.ModuleType | None], sys.modules).setdefault(name, None)

@@ -101,6 +101,8 @@ def patch_change(body: Any) -> str:
     parts: set[str] = set()
     if isinstance(body, list):
         for op in body:
+            if op.get("op") == "test":  # a precondition: it changes nothing
+                continue
             path = [p.replace("~1", "/").replace("~0", "~") for p in str(op.get("path", "")).split("/")[1:]]
             parts.add(_change_of(path[:3]))
     elif isinstance(body, dict):

@@ -1,13 +1,14 @@
 """Operators in the test lab run from compiled bytecode, as they do in their images.
 
 The images compile every module when they are built (`UV_COMPILE_BYTECODE=1` in operators/Dockerfile). A
-process that finds no bytecode compiles each module it imports, and much of the memory compiling takes
-stays with it: libvirt-vm, whose libvirt bindings are one 391 KB module, measured 93.5 MiB resident after
-its imports from source against 84.5 from bytecode (one run each, this machine). Where
-PYTHONDONTWRITEBYTECODE is set (as on this project's CI machines) no bytecode is ever cached, so the lab
-compiles the interpreter's library, the environment's packages and capfleet's sources into a cache of its
-own ($CAPFLEET_CACHE/pycache-<tag>, by PYTHONPYCACHEPREFIX) once per test session, and starts operators
-with it: up to date, that takes about 6 s.
+process that finds no bytecode compiles each module it imports, and holds the memory that took until its
+heap is next trimmed: libvirt-vm, whose libvirt bindings are one 391 KB module, measured 93.5 MiB resident
+after its imports from source against 84.5 from bytecode, and its peak in `make bench-fleet N=100` fell
+from 110.1-111.8 MiB (three runs) to 103.1 (one run); once idle, after the trim, the two hardly differ.
+Where PYTHONDONTWRITEBYTECODE is set (as on this project's CI machines) no bytecode is ever cached, so the
+lab compiles the interpreter's library, the environment's packages and capfleet's sources into a cache of
+its own ($CAPFLEET_CACHE/pycache-<tag>, by PYTHONPYCACHEPREFIX) once per test session, and starts
+operators with it: about 25 s the first time on a machine, 7 s once up to date.
 """
 
 from __future__ import annotations

@@ -16,8 +16,6 @@ from capfleet_e2e.bench.fleetfigures import (
     SideResult,
     format_results,
     netbox_spent,
-    patch_change,
-    patches_by_change,
     provisioned_workers,
     writes_of,
 )
@@ -29,6 +27,7 @@ from capfleet_e2e.bench.fleetlab import (
     VM_IMAGE,
     fleet_objects,
 )
+from capfleet_e2e.bench.measure import patch_change, requests_of
 
 
 def machine(name: str, provisioned: bool, control_plane: bool = False) -> dict[str, Any]:
@@ -103,7 +102,7 @@ def test_patches_are_counted_by_resource_and_change_each_audit_id_once_and_only_
         patch("d", None),  # a Secret's patch: logged without its body
         {**event("someone-else", "patch", "e"), "requestObject": {"spec": {}}},
     ]
-    assert patches_by_change(events, glue) == {
+    assert requests_of(events, glue).patches_by_change == {
         "patch hybridmachines: finalizers": 2,
         "patch hybridmachines: spec.providerID": 1,
     }

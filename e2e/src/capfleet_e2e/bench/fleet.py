@@ -52,7 +52,6 @@ from capfleet_e2e.bench.fleetfigures import (
     format_results,
     is_write,
     netbox_spent,
-    patches_by_change,
     provisioned_workers,
     writes_of,
 )
@@ -252,7 +251,7 @@ def operator_figures(
             after[op].cpu_seconds - before[op].cpu_seconds,
             after[op].peak_rss_bytes / 2**20,
             writes,
-            patches_by_change=patches_by_change(events, service_account_user(op)),
+            patches_by_change=requests.patches_by_change,
         )
     return figures
 

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from capfleet_e2e.bench.measure import request_target, requests_of
+from capfleet_e2e.bench.measure import requests_of
 
 Obj = dict[str, Any]
 WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})
@@ -76,58 +76,6 @@ def netbox_spent(before: Mapping[str, int], after: Mapping[str, int]) -> dict[st
 def writes_of(events: Iterable[Obj], username: str) -> int:
     """How many of `username`'s requests among audit `events` changed something."""
     return sum(requests_of(events, username).by_verb.get(verb, 0) for verb in WRITES)
-
-
-def patches_by_change(events: Iterable[Obj], username: str) -> dict[str, int]:
-    """`username`'s patches among audit `events` (logged with their bodies) by resource and what they
-    changed, most first: "patch baremetalinstances: annotation seed-fetched-at" -> how many."""
-    seen: set[str] = set()
-    changes: Counter[str] = Counter()
-    for event in events:
-        if (event.get("user") or {}).get("username") != username or event.get("verb") != "patch":
-            continue
-        audit_id = str(event.get("auditID"))
-        if audit_id in seen or "requestObject" not in event:
-            continue
-        seen.add(audit_id)
-        changes[f"{request_target(event)}: {patch_change(event['requestObject'])}"] += 1
-    return dict(changes.most_common())
-
-
-def patch_change(body: Any) -> str:
-    """What a merge patch or a JSON patch changes, in a few words: "finalizers", "annotation
-    seed-fetched-at" (an annotation by its name without prefix), "spec.hypervisorName",
-    "status.conditions"."""
-    parts: set[str] = set()
-    if isinstance(body, list):
-        for op in body:
-            if op.get("op") == "test":  # a precondition: it changes nothing
-                continue
-            path = [p.replace("~1", "/").replace("~0", "~") for p in str(op.get("path", "")).split("/")[1:]]
-            parts.add(_change_of(path[:3]))
-    elif isinstance(body, dict):
-        for top, value in body.items():
-            if top in {"apiVersion", "kind"}:
-                continue
-            if not isinstance(value, dict):
-                parts.add(top)
-                continue
-            for key, inner in value.items():
-                if top == "metadata" and key == "resourceVersion":
-                    continue
-                if top == "metadata" and key == "annotations" and isinstance(inner, dict):
-                    parts |= {_change_of(["metadata", "annotations", name]) for name in inner}
-                else:
-                    parts.add(_change_of([top, key]))
-    return ", ".join(sorted(parts)) or "nothing"
-
-
-def _change_of(path: Sequence[str]) -> str:
-    if path[:2] == ["metadata", "annotations"] and len(path) > 2:
-        return "annotation " + path[2].rsplit("/", 1)[-1]
-    if path[:1] == ["metadata"]:
-        return ".".join(path[1:2]) or "metadata"
-    return ".".join(path[:2])
 
 
 def is_write(target: str) -> bool:

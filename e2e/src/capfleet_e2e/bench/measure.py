@@ -155,6 +155,9 @@ class Requests:
     user_agents: list[str] = field(default_factory=list)
     # "patch hybridmachines/status": what the requests were for, to tell which handler pays for them.
     by_target: dict[str, int] = field(default_factory=dict)
+    # "patch baremetalinstances: annotation seed-fetched-at": what the patches logged with their bodies
+    # changed, most first.
+    patches_by_change: dict[str, int] = field(default_factory=dict)
 
 
 def request_target(event: Obj) -> str:
@@ -172,6 +175,7 @@ def requests_of(events: Iterable[Obj], username: str) -> Requests:
     seen: set[str] = set()
     verbs: Counter[str] = Counter()
     targets: Counter[str] = Counter()
+    changes: Counter[str] = Counter()
     agents: set[str] = set()
     for event in events:
         if (event.get("user") or {}).get("username") != username:
@@ -182,8 +186,52 @@ def requests_of(events: Iterable[Obj], username: str) -> Requests:
         seen.add(audit_id)
         verbs[str(event.get("verb"))] += 1
         targets[request_target(event)] += 1
+        if event.get("verb") == "patch" and "requestObject" in event:
+            changes[f"{request_target(event)}: {patch_change(event['requestObject'])}"] += 1
         agents.add(str(event.get("userAgent")))
-    return Requests(len(seen), dict(sorted(verbs.items())), sorted(agents), dict(targets.most_common()))
+    return Requests(
+        len(seen),
+        dict(sorted(verbs.items())),
+        sorted(agents),
+        dict(targets.most_common()),
+        dict(changes.most_common()),
+    )
+
+
+def patch_change(body: Any) -> str:
+    """What a merge patch or a JSON patch changes, in a few words: "finalizers", "annotation
+    seed-fetched-at" (an annotation by its name without prefix), "spec.hypervisorName",
+    "status.conditions"."""
+    parts: set[str] = set()
+    if isinstance(body, list):
+        for op in body:
+            if op.get("op") == "test":  # a precondition: it changes nothing
+                continue
+            path = [p.replace("~1", "/").replace("~0", "~") for p in str(op.get("path", "")).split("/")[1:]]
+            parts.add(_change_of(path[:3]))
+    elif isinstance(body, dict):
+        for top, value in body.items():
+            if top in {"apiVersion", "kind"}:
+                continue
+            if not isinstance(value, dict):
+                parts.add(top)
+                continue
+            for key, inner in value.items():
+                if top == "metadata" and key == "resourceVersion":
+                    continue
+                if top == "metadata" and key == "annotations" and isinstance(inner, dict):
+                    parts |= {_change_of(["metadata", "annotations", name]) for name in inner}
+                else:
+                    parts.add(_change_of([top, key]))
+    return ", ".join(sorted(parts)) or "nothing"
+
+
+def _change_of(path: Sequence[str]) -> str:
+    if path[:2] == ["metadata", "annotations"] and len(path) > 2:
+        return "annotation " + path[2].rsplit("/", 1)[-1]
+    if path[:1] == ["metadata"]:
+        return ".".join(path[1:2]) or "metadata"
+    return ".".join(path[:2])
 
 
 @dataclass

@@ -18,6 +18,7 @@ import pytest
 import yaml
 from cryptography import x509
 
+from capfleet_e2e import bytecode
 from capfleet_e2e.crds import kustomization_labels
 from capfleet_e2e.labguest import LAB_COMMANDS, STATS_SCRIPT, STATS_SCRIPT_CONTENT, with_lab_guest
 from capfleet_e2e.nodesite import WORKER_NICENESS, lower_worker_priority, readyz_failure
@@ -206,3 +207,20 @@ def test_lab_qemus_other_than_control_planes_are_reniced_thread_by_thread(tmp_pa
         for process in (worker, control_plane):
             process.kill()
             process.wait()
+
+
+def test_operators_get_bytecode_compiled_beforehand_under_the_labs_own_prefix() -> None:
+    env = bytecode.compiled_env()
+    prefix = Path(env["PYTHONPYCACHEPREFIX"])
+    assert env["PYTHONDONTWRITEBYTECODE"] == ""
+    probe = "import capfleet, libvirt_vm.handlers, kopf; print(capfleet.__cached__, kopf.__cached__)"
+    # Bytecode is never written by this probe: what it finds was compiled by compiled_env.
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={**os.environ, **env, "PYTHONDONTWRITEBYTECODE": "1"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    cached = [Path(p) for p in done.stdout.split()]
+    assert all(p.is_relative_to(prefix) and p.is_file() for p in cached), cached

@@ -53,25 +53,17 @@ clusterctl-components: setup
 clusterctl-components-check: setup
 	$(UV) python -m capfleet_e2e.clusterctl_components check
 
-## images: build the five operator images and the console's with docker, podman or buildah (whichever is found first).
+## images: build the five operator images and the console's (docker, podman or buildah, whichever is found first;
+## here from a base made of Debian's packages) and write them as OCI archives (hack/images.sh).
 OPERATORS := ipam-address netbox-device libvirt-vm baremetal-provision capi-machine-glue console
 IMAGE_REGISTRY ?= capfleet
 IMAGE_VERSION := $(shell sed -n 's/^VERSION = "\(.*\)"$$/\1/p' shared/src/capfleet/runtime.py)
 IMAGE_TAG ?= v$(IMAGE_VERSION)
 IMAGE_SOURCE ?= https://capfleet.dev/source
 IMAGE_REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
-CONTAINER_ENGINE ?= $(shell for e in docker podman buildah; do command -v $$e >/dev/null && { echo $$e; break; }; done)
 images:
-	@if [ -z "$(CONTAINER_ENGINE)" ]; then \
-	  echo "make images: no container engine found (docker, podman or buildah); install one or set CONTAINER_ENGINE" >&2; \
-	  exit 1; \
-	fi
-	for op in $(OPERATORS); do \
-	  if [ "$(CONTAINER_ENGINE)" = buildah ]; then build=(buildah bud); else build=($(CONTAINER_ENGINE) build); fi; \
-	  "$${build[@]}" -f operators/Dockerfile --build-arg OPERATOR=$$op \
-	    --build-arg VERSION=$(IMAGE_VERSION) --build-arg REVISION=$(IMAGE_REVISION) --build-arg SOURCE=$(IMAGE_SOURCE) \
-	    -t $(IMAGE_REGISTRY)/$$op:$(IMAGE_TAG) . ; \
-	done
+	OPERATORS="$(OPERATORS)" $(if $(filter undefined,$(origin CONTAINER_ENGINE)),,CONTAINER_ENGINE="$(CONTAINER_ENGINE)") IMAGE_REGISTRY="$(IMAGE_REGISTRY)" IMAGE_TAG="$(IMAGE_TAG)" VERSION="$(IMAGE_VERSION)" \
+	  REVISION="$(IMAGE_REVISION)" SOURCE="$(IMAGE_SOURCE)" bash hack/images.sh
 
 unit: setup
 	$(UV) pytest -m "not integration" $(PYTEST_ARGS)

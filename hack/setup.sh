@@ -23,6 +23,10 @@ apt_packages=(
   # Real NetBox in the tests (e2e/src/capfleet_e2e/netbox/releases.py): its PostgreSQL and Redis on
   # loopback; NetBox 4.6 runs in a Debian trixie tree made by mmdebstrap (above).
   postgresql redis-server
+  # The images (hack/images.sh): buildah or podman builds them on a base made by mmdebstrap (above). The
+  # management node (e2e/src/capfleet_e2e/mgmtnode.py) runs them: containerd, runc, the CNI plugins, and
+  # conntrack for kube-proxy.
+  buildah podman containerd runc containernetworking-plugins conntrack
   # The console's browser tests (console/tests): headless Chromium and its WebDriver, driven by Selenium.
   chromium chromium-driver
 )

@@ -8,6 +8,7 @@ for whatever is missing and says where the binaries are, for containers.write_no
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,11 +57,16 @@ def script_env(versions: NodeImageVersions) -> dict[str, str]:
     }
 
 
-def ensure_components(versions: NodeImageVersions | None = None) -> dict[str, Path]:
-    """Binary name → file, for every component (built first where missing); optional ones if built."""
+def ensure_components(
+    versions: NodeImageVersions | None = None, names: Sequence[str] | None = None
+) -> dict[str, Path]:
+    """Binary name → file, for every component (or those `names` names), built first where missing;
+    optional ones if built."""
     versions = versions or NodeImageVersions()
     binaries: dict[str, Path] = {}
     for component in COMPONENTS:
+        if names is not None and component.name not in names:
+            continue
         bin_dir = ensure_built(
             f"{component.name} {component.version}",
             component_bin_dir(component.name, component.version),

@@ -1,9 +1,11 @@
 """A real Kubernetes control plane for the integration tests: etcd, kube-apiserver, kube-controller-manager.
 
 `ControlPlane` starts them on free 127.0.0.1 ports with certificates and tokens generated at start, installs
-capfleet's and Cluster API's CRDs, and only then starts kube-controller-manager (garbage-collector and
-namespace controllers) so its garbage collector knows the CRDs at once. The apiserver writes an audit log
-(level Metadata, JSON lines, blocking) that tests read with `audit_events` to count API requests.
+capfleet's and Cluster API's CRDs, and only then starts kube-controller-manager (garbage-collector,
+namespace and service-account controllers) so its garbage collector knows the CRDs at once. The
+apiserver writes an audit log (level Metadata, JSON lines, blocking) that tests read with `audit_events`
+to count API requests. The ServiceAccount admission plugin is on, as in any cluster: the management node
+(mgmtnode.py) runs pods that get their tokens from it.
 
 Set CAPFLEET_TEST_KUBECONFIG=/path/to/kubeconfig to run the tests against an existing cluster instead:
 `ExistingCluster` then uses that kubeconfig's current context and installs the same CRDs (Cluster API
@@ -50,8 +52,12 @@ __all__ = [
 START_TIMEOUT = 180.0
 ADMIN_USER = "admin"
 KCM_USER = "system:kube-controller-manager"
-# Bootstrap roles the two controllers get when run with their own service accounts.
-KCM_CLUSTER_ROLES = ("system:controller:generic-garbage-collector", "system:controller:namespace-controller")
+# Bootstrap roles the three controllers get when run with their own service accounts.
+KCM_CLUSTER_ROLES = (
+    "system:controller:generic-garbage-collector",
+    "system:controller:namespace-controller",
+    "system:controller:service-account-controller",
+)
 AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
@@ -160,7 +166,6 @@ def apiserver_argv(
         f"--service-account-signing-key-file={sa_key}",
         "--authorization-mode=Node,RBAC",
         f"--client-ca-file={client_ca}",
-        "--disable-admission-plugins=ServiceAccount",
         # Owner references with blockOwnerDeletion need update on the owner's finalizers, as CAPI v1.14's
         # contract requires: every suite checks the operators' RBAC against it.
         "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
@@ -313,7 +318,9 @@ class ControlPlane:
             f"--kubeconfig={kubeconfig}",
             f"--authentication-kubeconfig={kubeconfig}",
             f"--authorization-kubeconfig={kubeconfig}",
-            "--controllers=garbage-collector-controller,namespace-controller",
+            # Every namespace gets its `default` ServiceAccount, which the ServiceAccount admission plugin
+            # (on, as in any cluster) needs before a pod may be created there.
+            "--controllers=garbage-collector-controller,namespace-controller,serviceaccount-controller",
             "--leader-elect=false",
             "--bind-address=127.0.0.1",
             f"--secure-port={port}",

@@ -357,7 +357,7 @@ class ManagementNode:
         self._start(
             "kube-controller-manager-pods",
             [
-                str(bin_dir.parent / "bin" / "kube-controller-manager"),
+                str(bin_dir / "kube-controller-manager"),
                 f"--kubeconfig={kubeconfig}",
                 f"--controllers={','.join(KCM_CONTROLLERS)}",
                 "--leader-elect=false",

@@ -75,7 +75,8 @@ def available(deployment: dict[str, Any]) -> bool:
 
 async def test_the_fleet_runs_as_pods_from_the_images_built_here(node: ManagementNode) -> None:
     kubectl = node.cp.kubectl
-    kubectl("apply", "--server-side", "-k", str(repo_root() / "deploy" / "base"))
+    # --force-conflicts: the RBAC tests of the same session apply deploy/base under their own field manager.
+    kubectl("apply", "--server-side", "--force-conflicts", "-k", str(repo_root() / "deploy" / "base"))
     manifests = kubectl("kustomize", str(repo_root() / "deploy" / "overlays" / "all-in-one"))
     kubectl("apply", "--server-side", "-f", "-", stdin=tagged(manifests, TAG))
     names = {f"capfleet-{op}-manager" for op in OPERATORS}

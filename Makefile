@@ -6,7 +6,7 @@ UV := uv run --frozen
 PYTEST_ARGS ?= --durations=25
 
 .PHONY: setup demo test lint typecheck crds crds-check clusterctl-components clusterctl-components-check \
-	images unit integration bench-ipam bench-fleet bench-console clean node-image deploy-ramdisk test-full
+	images release unit integration bench-ipam bench-fleet bench-console clean node-image deploy-ramdisk test-full
 
 setup:
 	bash hack/setup.sh
@@ -64,6 +64,13 @@ IMAGE_REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 images:
 	OPERATORS="$(OPERATORS)" $(if $(filter undefined,$(origin CONTAINER_ENGINE)),,CONTAINER_ENGINE="$(CONTAINER_ENGINE)") IMAGE_REGISTRY="$(IMAGE_REGISTRY)" IMAGE_TAG="$(IMAGE_TAG)" VERSION="$(IMAGE_VERSION)" \
 	  REVISION="$(IMAGE_REVISION)" SOURCE="$(IMAGE_SOURCE)" bash hack/images.sh
+
+## release: a release in dist/ (VERSION=x.y.z): clusterctl's repository layout for infrastructure-capfleet
+## and ipam-capfleet with every image pinned by digest, the six images as OCI archives, an SBOM per image
+## (CycloneDX, from uv.lock), a clusterctl.yaml pointing at it and SHA256SUMS.
+release: setup
+	@test -n "$(VERSION)" || { echo "make release: set VERSION=x.y.z" >&2; exit 2; }
+	$(UV) python -m capfleet_e2e.release --version $(VERSION) $(if $(DIST),--dist $(DIST))
 
 unit: setup
 	$(UV) pytest -m "not integration" $(PYTEST_ARGS)

@@ -29,15 +29,19 @@ from capfleet.runtime import VERSION
 from capfleet_e2e import site
 from capfleet_e2e.clusterctl_components import (
     CONTAINER,
-    OUTPUT,
-    PROVIDER_LABEL,
+    INFRASTRUCTURE,
+    IPAM,
+    OUTPUT_DIR,
+    PROVIDER_LABEL_KEY,
+    PROVIDERS,
     VARIABLES,
+    Provider,
     render,
     variables,
 )
 from capfleet_e2e.controlplane import Cluster
 from capfleet_e2e.kubebin import Kubectl, ensure_kube_binaries, repo_root
-from capfleet_e2e.kustomize import documents
+from capfleet_e2e.kustomize import build, documents
 from capfleet_e2e.nodesite import LIGHT_CONTROL_PLANES
 
 CLUSTERCTL_DIR = Path("deploy") / "clusterctl"
@@ -65,12 +69,12 @@ FROM_FLAGS |= {"WORKER_MACHINE_COUNT"}
 PROVIDER_ID = "{{ ds.meta_data.provider_id }}"
 
 
-def components_text() -> str:
-    return (repo_root() / OUTPUT).read_text()
+def components_text(provider: Provider = INFRASTRUCTURE) -> str:
+    return (repo_root() / OUTPUT_DIR / provider.file).read_text()
 
 
-def components() -> list[dict[str, Any]]:
-    return documents(components_text())
+def components(provider: Provider = INFRASTRUCTURE) -> list[dict[str, Any]]:
+    return documents(components_text(provider))
 
 
 def template_text(flavor: str) -> str:
@@ -80,20 +84,41 @@ def template_text(flavor: str) -> str:
 # --- without a cluster ---------------------------------------------------------------------------------
 
 
-def test_components_are_generated_from_the_all_in_one_overlay() -> None:
-    assert components_text() == render(), "stale: run `make clusterctl-components`"
+@pytest.mark.parametrize("provider", PROVIDERS, ids=lambda p: p.name)
+def test_components_are_generated_from_the_all_in_one_overlay(provider: Provider) -> None:
+    assert components_text(provider) == render(provider), "stale: run `make clusterctl-components`"
 
 
-def test_components_have_one_namespace_the_provider_label_and_manager_containers() -> None:
-    objects = components()
+def test_the_two_providers_split_the_all_in_one_overlay_with_nothing_lost_or_shared_but_the_namespace() -> (
+    None
+):
+    overlay = documents(build(repo_root() / "deploy" / "overlays" / "all-in-one"))
+
+    def key(o: dict[str, Any]) -> tuple[str, str, str]:
+        return (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"])
+
+    infrastructure, ipam = ({key(o) for o in components(p)} for p in (INFRASTRUCTURE, IPAM))
+    assert infrastructure & ipam == {("Namespace", "", NAMESPACE)}
+    assert infrastructure | ipam == {key(o) for o in overlay}
+    assert {name for kind, _, name in ipam if kind == "CustomResourceDefinition"} == {
+        "ippools.ipam.capfleet.dev",
+        "netboxippools.ipam.capfleet.dev",
+    }
+    assert {name for kind, _, name in ipam if kind == "Deployment"} == {"capfleet-ipam-address-manager"}
+
+
+@pytest.mark.parametrize("provider", PROVIDERS, ids=lambda p: p.name)
+def test_components_have_one_namespace_the_provider_label_and_manager_containers(provider: Provider) -> None:
+    objects = components(provider)
     assert [o["metadata"]["name"] for o in objects if o["kind"] == "Namespace"] == [NAMESPACE]
-    key, value = PROVIDER_LABEL
     unlabelled = [
-        f"{o['kind']}/{o['metadata']['name']}" for o in objects if o["metadata"]["labels"].get(key) != value
+        f"{o['kind']}/{o['metadata']['name']}"
+        for o in objects
+        if o["metadata"]["labels"].get(PROVIDER_LABEL_KEY) != provider.name
     ]
     assert unlabelled == []
     deployments = [o for o in objects if o["kind"] == "Deployment"]
-    assert len(deployments) == 5
+    assert len(deployments) == len(provider.operators)
     for deployment in deployments:
         containers = deployment["spec"]["template"]["spec"]["containers"]
         assert containers[0]["name"] == CONTAINER, deployment["metadata"]["name"]
@@ -103,7 +128,7 @@ def test_components_have_one_namespace_the_provider_label_and_manager_containers
 
 
 def test_every_components_variable_has_a_default_and_is_documented() -> None:
-    found = variables(components_text())
+    found = {**variables(components_text(INFRASTRUCTURE)), **variables(components_text(IPAM))}
     assert sorted(name for name, has_default in found.items() if not has_default) == []
     assert set(found) == set(VARIABLES)
     readme = (repo_root() / "deploy" / "README.md").read_text()
@@ -369,8 +394,9 @@ def fleet_base(control_plane: Cluster) -> Kubectl:
 
 @pytest.mark.integration
 @pytest.mark.timeout(1800)  # the first use builds CAPI's binaries
+@pytest.mark.parametrize("provider", PROVIDERS, ids=lambda p: p.name)
 def test_components_with_defaults_pass_server_side_dry_run(
-    clusterctl: Path, isolated_env: dict[str, str], fleet_base: Kubectl, tmp_path: Path
+    clusterctl: Path, isolated_env: dict[str, str], fleet_base: Kubectl, tmp_path: Path, provider: Provider
 ) -> None:
     result = run_clusterctl(
         clusterctl,
@@ -379,7 +405,7 @@ def test_components_with_defaults_pass_server_side_dry_run(
         "generate",
         "yaml",
         "--from",
-        str(repo_root() / OUTPUT),
+        str(repo_root() / OUTPUT_DIR / provider.file),
     )
     assert result.returncode == 0, result.stderr
     rendered = result.stdout
@@ -390,31 +416,30 @@ def test_components_with_defaults_pass_server_side_dry_run(
         if o["kind"] == "Deployment"
         for c in o["spec"]["template"]["spec"]["containers"]
     }
-    assert images == {
-        f"docker.io/capfleet/{op}:v{VERSION}"
-        for op in ("ipam-address", "netbox-device", "libvirt-vm", "baremetal-provision", "capi-machine-glue")
-    }
+    assert images == {f"docker.io/capfleet/{op}:v{VERSION}" for op in provider.operators}
     output = dry_run_apply(fleet_base, rendered)
-    assert "deployment.apps/capfleet-libvirt-vm-manager serverside-applied (server dry run)" in output
+    first = provider.operators[0]
+    assert f"deployment.apps/capfleet-{first}-manager serverside-applied (server dry run)" in output
 
 
 @pytest.mark.integration
 @pytest.mark.timeout(1800)
-def test_clusterctl_reads_the_components_as_the_capfleet_infrastructure_provider(
+def test_clusterctl_reads_the_components_as_capfleets_infrastructure_and_ipam_providers(
     clusterctl: Path, isolated_env: dict[str, str], fleet_base: Kubectl, tmp_path: Path
 ) -> None:
     version = f"v{VERSION}"
-    release = tmp_path / "repository" / "infrastructure-capfleet" / version
-    release.mkdir(parents=True)
-    for name in ("infrastructure-components.yaml", "metadata.yaml", *FLAVORS.values()):
-        shutil.copy(repo_root() / CLUSTERCTL_DIR / name, release / name)
+    entries = []
+    for provider in PROVIDERS:
+        release = tmp_path / "repository" / provider.name / version
+        release.mkdir(parents=True)
+        files = (provider.file, "metadata.yaml", *(FLAVORS.values() if provider is INFRASTRUCTURE else ()))
+        for name in files:
+            shutil.copy(repo_root() / CLUSTERCTL_DIR / name, release / name)
+        entries.append(
+            {"name": "capfleet", "type": provider.type, "url": f"file://{release / provider.file}"}
+        )
     config = tmp_path / "clusterctl.yaml"
-    provider = {
-        "name": "capfleet",
-        "type": "InfrastructureProvider",
-        "url": f"file://{release / 'infrastructure-components.yaml'}",
-    }
-    config.write_text(yaml.safe_dump({"providers": [provider]}))
+    config.write_text(yaml.safe_dump({"providers": entries}))
     env = {
         **isolated_env,
         "CAPFLEET_IMAGE_TAG": "v0.2.0",
@@ -422,22 +447,24 @@ def test_clusterctl_reads_the_components_as_the_capfleet_infrastructure_provider
         "CAPFLEET_VERBOSE": "true",
     }
 
-    result = run_clusterctl(
-        clusterctl, env, config, "generate", "provider", "--infrastructure", f"capfleet:{version}"
-    )
-    assert result.returncode == 0, result.stderr
-    objects = documents(result.stdout)
+    def generate(flag: str) -> list[dict[str, Any]]:
+        result = run_clusterctl(clusterctl, env, config, "generate", "provider", flag, f"capfleet:{version}")
+        assert result.returncode == 0, result.stderr
+        dry_run_apply(fleet_base, result.stdout)
+        return documents(result.stdout)
+
+    infrastructure, ipam = generate("--infrastructure"), generate("--ipam")
     deployments = {
         o["metadata"]["name"]: o["spec"]["template"]["spec"]["containers"][0]
-        for o in objects
+        for o in (*infrastructure, *ipam)
         if o["kind"] == "Deployment"
     }
     libvirt = deployments["capfleet-libvirt-vm-manager"]
     assert libvirt["image"] == "docker.io/capfleet/libvirt-vm:v9.9.9", "one operator's tag alone"
+    assert deployments["capfleet-netbox-device-manager"]["image"] == "docker.io/capfleet/netbox-device:v0.2.0"
     assert deployments["capfleet-ipam-address-manager"]["image"] == "docker.io/capfleet/ipam-address:v0.2.0"
     assert {"name": "CAPFLEET_VERBOSE", "value": "true"} in libvirt["env"]
-    assert all(o["metadata"]["labels"]["clusterctl.cluster.x-k8s.io"] == "" for o in objects)
-    dry_run_apply(fleet_base, result.stdout)
+    assert all(o["metadata"]["labels"]["clusterctl.cluster.x-k8s.io"] == "" for o in (*infrastructure, *ipam))
 
 
 def render_template(

@@ -16,19 +16,20 @@ from pathlib import Path
 import pytest
 import yaml
 
-from capfleet_e2e.images import IMAGES, OPERATORS, OciArchive, ensure_images, reference
+from capfleet_e2e.images import IMAGES, OPERATORS, OciArchive, reference
 from capfleet_e2e.kubebin import repo_root
+from capfleet_e2e.release import TEST_VERSION, Release
 
 LIBVIRT = "libvirt-vm"
 OCI = "org.opencontainers.image."
-TAG = "v0.0.0-test"
+TAG = f"v{TEST_VERSION}"
 SITE_PACKAGES = "app/.venv/lib/python3.11/site-packages/"
 PACKAGES = {op: op.replace("-", "_") for op in OPERATORS} | {"console": "capfleet_console"}
 
 
 @pytest.fixture(scope="module")
-def archives() -> dict[str, OciArchive]:
-    return {image: OciArchive(path) for image, path in ensure_images(TAG).items()}
+def archives(capfleet_release: Release) -> dict[str, OciArchive]:
+    return {image: OciArchive(path) for image, path in capfleet_release.archives().items()}
 
 
 integration = pytest.mark.integration
@@ -67,7 +68,8 @@ def test_the_image_holds_only_its_own_package_and_runs_it_as_non_root(
     assert "PYTHONUNBUFFERED=1" in config["Env"]
     labels = config["Labels"]
     assert labels[f"{OCI}title"] == f"capfleet-{image}"
-    assert labels[f"{OCI}version"] == "0.1.0"
+    assert labels[f"{OCI}version"] == TEST_VERSION
+    assert f"CAPFLEET_VERSION={TEST_VERSION}" in config["Env"], "what the operator reports as its version"
     assert labels[f"{OCI}revision"]
     assert labels[f"{OCI}source"]
 

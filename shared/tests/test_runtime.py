@@ -231,3 +231,9 @@ def test_released_objects_are_forgotten_after_their_time() -> None:
     kept.add("u1")
     assert "u1" in kept
     assert "u2" not in kept
+
+
+def test_an_image_reports_the_release_it_was_built_for_and_a_source_checkout_its_own() -> None:
+    assert runtime.release({"CAPFLEET_VERSION": "0.2.0"}) == "0.2.0"
+    assert runtime.release({"CAPFLEET_VERSION": ""}) == runtime.VERSION
+    assert runtime.release({}) == runtime.VERSION

@@ -1,16 +1,23 @@
-"""deploy/clusterctl/infrastructure-components.yaml: the all-in-one overlay, as clusterctl wants it.
+"""deploy/clusterctl/*-components.yaml: the all-in-one overlay, as clusterctl wants it, as two providers.
 
-`python -m capfleet_e2e.clusterctl_components generate|check [path]` (`make clusterctl-components`,
-`make clusterctl-components-check`). The file is rendered with the real kustomize from
-deploy/overlays/all-in-one and then made into clusterctl provider components:
+`python -m capfleet_e2e.clusterctl_components generate|check [directory]` (`make clusterctl-components`,
+`make clusterctl-components-check`). The all-in-one overlay is rendered with the real kustomize and split
+into the two clusterctl providers capfleet ships, as Metal3 ships its IPAM apart from its infrastructure
+provider, so that `clusterctl init --ipam capfleet` installs and `clusterctl upgrade` moves ipam-address
+on its own:
 
-- exactly one Namespace (capfleet-system; clusterctl moves everything into `--target-namespace`);
-- the provider label `cluster.x-k8s.io/provider: infrastructure-capfleet` on every object;
-- every operator's container is `manager` (clusterctl's image overrides look for that name);
-- `${VAR:=default}` variables (see `VARIABLES`) for each operator's image and for logging, so
-  `clusterctl init --infrastructure capfleet` works without any variable set.
+- `infrastructure-capfleet` (infrastructure-components.yaml): netbox-device, libvirt-vm,
+  baremetal-provision, capi-machine-glue, every CRD but the IPAM group's, and what the fleet shares
+  (deploy/base's metrics reader and admission policies);
+- `ipam-capfleet` (ipam-components.yaml): ipam-address and the ipam.capfleet.dev CRDs.
 
-The generated file is committed; `check` fails when it is stale, as `crdgen check` does for crds/.
+Each holds exactly one Namespace (capfleet-system, shared; clusterctl moves everything into
+`--target-namespace`), the provider label `cluster.x-k8s.io/provider: <provider>` on every object, and
+every operator container named `manager` (clusterctl's image overrides look for that name). Images and
+logging are `${VAR:=default}` variables (see `VARIABLES`), so `clusterctl init` works without any variable
+set. A release (capfleet_e2e.release) renders the same objects with each image pinned by digest.
+
+The generated files are committed; `check` fails when one is stale, as `crdgen check` does for crds/.
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +36,36 @@ from capfleet.runtime import VERSION
 from capfleet_e2e.kubebin import repo_root
 from capfleet_e2e.kustomize import build, documents
 
-OUTPUT = Path("deploy") / "clusterctl" / "infrastructure-components.yaml"
+OUTPUT_DIR = Path("deploy") / "clusterctl"
 OVERLAY = Path("deploy") / "overlays" / "all-in-one"
-PROVIDER_LABEL = ("cluster.x-k8s.io/provider", "infrastructure-capfleet")
+PROVIDER_LABEL_KEY = "cluster.x-k8s.io/provider"
 CONTAINER = "manager"
 OPERATORS = ("ipam-address", "netbox-device", "libvirt-vm", "baremetal-provision", "capi-machine-glue")
 DEFAULT_TAG = f"v{VERSION}"
+IPAM_GROUP = "ipam.capfleet.dev"
+
+
+@dataclass(frozen=True)
+class Provider:
+    """One clusterctl provider of capfleet's: its name, its clusterctl type, its file and its operators."""
+
+    name: str
+    """clusterctl's provider label, <type prefix>-capfleet."""
+    type: str
+    """The clusterctl.yaml `providers:` type."""
+    file: str
+    operators: tuple[str, ...]
+
+
+INFRASTRUCTURE = Provider(
+    "infrastructure-capfleet",
+    "InfrastructureProvider",
+    "infrastructure-components.yaml",
+    ("netbox-device", "libvirt-vm", "baremetal-provision", "capi-machine-glue"),
+)
+IPAM = Provider("ipam-capfleet", "IPAMProvider", "ipam-components.yaml", ("ipam-address",))
+PROVIDERS = (INFRASTRUCTURE, IPAM)
+OUTPUT = OUTPUT_DIR / INFRASTRUCTURE.file
 
 
 def tag_variable(operator: str) -> str:
@@ -79,9 +112,22 @@ def _quoted(dumper: yaml.SafeDumper, value: Quoted) -> yaml.ScalarNode:
 _Dumper.add_representer(Quoted, _quoted)
 
 
-def image(operator: str) -> str:
+@dataclass(frozen=True)
+class Pin:
+    """A released image: its tag and its manifest digest (sha256:...)."""
+
+    tag: str
+    digest: str
+
+
+def image(operator: str, pin: Pin | None = None) -> str:
+    """The operator's image reference: registry and tag variables, or (a release) its tag and digest; the
+    registry stays a variable either way, so a mirror keeps the digest."""
+    registry = f"${{CAPFLEET_IMAGE_REGISTRY:={VARIABLES['CAPFLEET_IMAGE_REGISTRY'][0]}}}"
+    if pin is not None:
+        return f"{registry}/{operator}:{pin.tag}@{pin.digest}"
     tag = f"${{{tag_variable(operator)}:=${{CAPFLEET_IMAGE_TAG:={DEFAULT_TAG}}}}}"
-    return f"${{CAPFLEET_IMAGE_REGISTRY:={VARIABLES['CAPFLEET_IMAGE_REGISTRY'][0]}}}/{operator}:{tag}"
+    return f"{registry}/{operator}:{tag}"
 
 
 def _operator_of(deployment: dict[str, Any]) -> str:
@@ -102,15 +148,33 @@ def _container_args(container: dict[str, Any]) -> list[str]:
     return [f"--log-format=${{CAPFLEET_LOG_FORMAT:={VARIABLES['CAPFLEET_LOG_FORMAT'][0]}}}", *args]
 
 
-def components(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The all-in-one overlay's objects turned into clusterctl provider components."""
+def owner(obj: dict[str, Any]) -> Provider | None:
+    """The provider an object of the all-in-one overlay ships in; None for the Namespace (in both)."""
+    if obj["kind"] == "Namespace":
+        return None
+    if obj["kind"] == "CustomResourceDefinition":
+        return IPAM if obj["spec"]["group"] == IPAM_GROUP else INFRASTRUCTURE
+    name: str = obj["metadata"]["name"]
+    for provider in PROVIDERS:
+        if any(name.startswith(f"capfleet-{op}-") for op in provider.operators):
+            return provider
+    return INFRASTRUCTURE  # what the fleet shares: deploy/base's objects
+
+
+def components(
+    objects: list[dict[str, Any]], provider: Provider, pins: Mapping[str, Pin] | None = None
+) -> list[dict[str, Any]]:
+    """The all-in-one overlay's objects of `provider` turned into its clusterctl provider components;
+    `pins` (operator → released image) pins each image by digest."""
     namespaces = [o for o in objects if o["kind"] == "Namespace"]
     if len(namespaces) != 1:
         raise ValueError(f"the all-in-one overlay must hold exactly one Namespace, not {len(namespaces)}")
     result = []
     for obj in objects:
+        if owner(obj) not in (None, provider):
+            continue
         metadata = obj.setdefault("metadata", {})
-        metadata.setdefault("labels", {})[PROVIDER_LABEL[0]] = PROVIDER_LABEL[1]
+        metadata.setdefault("labels", {})[PROVIDER_LABEL_KEY] = provider.name
         if obj["kind"] == "Deployment":
             operator = _operator_of(obj)
             containers = obj["spec"]["template"]["spec"]["containers"]
@@ -119,7 +183,7 @@ def components(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
             own = containers[0]["image"]
             for other in containers:  # baremetal-provision's boot front runs the operator's image too
                 if other["image"] == own:
-                    other["image"] = image(operator)
+                    other["image"] = image(operator, None if pins is None else pins[operator])
             container = containers[0]
             container["args"] = _container_args(container)
             _set_env(
@@ -132,28 +196,41 @@ def components(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(result, key=lambda o: o["kind"] != "Namespace")
 
 
-def header() -> str:
+def header(provider: Provider, body: str, release: str | None) -> str:
+    made = (
+        f"# capfleet release {release}: every image pinned by digest. Written by `make release`."
+        if release is not None
+        else "# GENERATED from deploy/overlays/all-in-one by `make clusterctl-components`; do not edit."
+    )
     lines = [
-        "# capfleet's clusterctl provider components (infrastructure-capfleet). GENERATED from",
-        "# deploy/overlays/all-in-one by `make clusterctl-components`; do not edit by hand.",
+        f"# capfleet's clusterctl provider components ({provider.name}).",
+        made,
         "# Variables (clusterctl substitutes them; each has a default):",
     ]
-    width = max(len(name) for name in VARIABLES)
+    used = variables(body)
+    width = max(len(name) for name in used)
     lines += [
         f"#   {name:<{width}}  {meaning} (default {default})"
         for name, (default, meaning) in VARIABLES.items()
+        if name in used
     ]
     return "\n".join(lines) + "\n"
 
 
-def render(root: Path | None = None) -> str:
+def render(
+    provider: Provider = INFRASTRUCTURE,
+    root: Path | None = None,
+    pins: Mapping[str, Pin] | None = None,
+    release: str | None = None,
+) -> str:
+    """One provider's components file: generated (variables for every image) or, with `pins`, a release's."""
     root = root or repo_root()
-    objects = components(documents(build(root / OVERLAY)))
+    objects = components(documents(build(root / OVERLAY)), provider, pins)
     body = "---\n".join(
         yaml.dump(o, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1_000_000)
         for o in objects
     )
-    return header() + "---\n" + body
+    return header(provider, body, release) + "---\n" + body
 
 
 _VARIABLE = re.compile(r"\$\{([A-Za-z0-9_]+)(:?[=-])?")
@@ -171,19 +248,21 @@ def variables(text: str) -> dict[str, bool]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m capfleet_e2e.clusterctl_components", description=__doc__)
     parser.add_argument("command", choices=["generate", "check"])
-    parser.add_argument("path", nargs="?", type=Path, default=None, help=f"default: <repo>/{OUTPUT}")
+    parser.add_argument("directory", nargs="?", type=Path, default=None, help=f"default: <repo>/{OUTPUT_DIR}")
     args = parser.parse_args(argv)
-    path: Path = args.path or repo_root() / OUTPUT
-    rendered = render()
-    if args.command == "generate":
-        path.write_text(rendered)
-        print(f"wrote {path}")
-        return 0
-    if not path.is_file() or path.read_text() != rendered:
-        print(f"{path} is stale: run `make clusterctl-components`", file=sys.stderr)
-        return 1
-    print(f"{path} is up to date")
-    return 0
+    directory: Path = args.directory or repo_root() / OUTPUT_DIR
+    stale = 0
+    for provider in PROVIDERS:
+        path, rendered = directory / provider.file, render(provider)
+        if args.command == "generate":
+            path.write_text(rendered)
+            print(f"wrote {path}")
+        elif not path.is_file() or path.read_text() != rendered:
+            print(f"{path} is stale: run `make clusterctl-components`", file=sys.stderr)
+            stale += 1
+        else:
+            print(f"{path} is up to date")
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":

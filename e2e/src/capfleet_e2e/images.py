@@ -90,9 +90,14 @@ class OciArchive:
     def name(self) -> str:
         return str(self.index["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"])
 
+    @property
+    def digest(self) -> str:
+        """The manifest's digest (sha256:...): what a registry serves the image by, and a release pins."""
+        return str(self.index["manifests"][0]["digest"])
+
     @cached_property
     def manifest(self) -> dict[str, Any]:
-        return dict(json.loads(self._blob(self.index["manifests"][0]["digest"])))
+        return dict(json.loads(self._blob(self.digest)))
 
     @property
     def layers(self) -> list[str]:

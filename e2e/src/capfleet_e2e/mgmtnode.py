@@ -36,6 +36,7 @@ from typing import Self
 
 from capfleet_e2e.baremetal.relay import __file__ as _relay_file
 from capfleet_e2e.controlplane import ControlPlane
+from capfleet_e2e.images import OciArchive
 from capfleet_e2e.kubebin import cache_root, ensure_kube_binaries
 from capfleet_e2e.nodeimage.components import ensure_components
 from capfleet_e2e.nodeimage.containers import ImageSpec, write_docker_archive
@@ -204,6 +205,17 @@ class ManagementNode:
     def ctr(self, *args: str, timeout: float = 300.0) -> str:
         return _run(["ctr", "--address", str(self.root / "containerd.sock"), "-n", "k8s.io", *args], timeout)
 
+    def load(self, archive: Path) -> str:
+        """Import one of capfleet's OCI archives into containerd; return its reference by digest.
+
+        The image is named by its tag and, as a registry would serve it, by `<repository>@<digest>`: a
+        release's components pin images by digest, which containerd resolves by that name alone."""
+        image = OciArchive(archive)
+        self.ctr("images", "import", "--snapshotter=overlayfs", str(archive))
+        by_digest = f"{image.name.rsplit(':', 1)[0]}@{image.digest}"
+        self.ctr("images", "tag", "--force", image.name, by_digest)
+        return by_digest
+
     # -- start and stop -------------------------------------------------------------------------------
 
     def start(self) -> Self:
@@ -244,8 +256,9 @@ class ManagementNode:
         containerd = self._start("containerd", ["containerd", "--config", str(config)])
         sock = self.root / "containerd.sock"
         wait_for("containerd's socket", lambda: True if sock.exists() else None, 60, [containerd])
-        for archive in [pause, *self.archives]:
-            self.ctr("images", "import", "--snapshotter=overlayfs", str(archive))
+        self.ctr("images", "import", "--snapshotter=overlayfs", str(pause))
+        for archive in self.archives:
+            self.load(archive)
 
         ca = CertificateAuthority.from_pem(
             self.cp.ca_path.read_bytes(), (self.cp.ca_path.parent / "ca.key").read_bytes()

@@ -29,6 +29,8 @@ from capfleet_e2e.kubebin import artifacts_dir, ensure_kube_binaries
 from capfleet_e2e.netbox.preinstall import Preinstall
 from capfleet_e2e.netbox.releases import DEFAULT_RELEASE, RELEASES
 from capfleet_e2e.nodeimage.build import ensure_node_image
+from capfleet_e2e.release import TEST_VERSION, Release
+from capfleet_e2e.release import build as build_release
 
 EXISTING_KUBECONFIG_ENV = "CAPFLEET_TEST_KUBECONFIG"
 PREINSTALL = pytest.StashKey[Preinstall]()
@@ -135,6 +137,13 @@ def capi(control_plane: Cluster) -> Iterator[CapiManagers]:
 
 
 @pytest.fixture(scope="session")
+def capfleet_release(tmp_path_factory: pytest.TempPathFactory) -> Release:
+    """A release of capfleet (`make release`, version TEST_VERSION) made in this run, images and all: what
+    the image tests read and the management cluster installs with clusterctl."""
+    return build_release(TEST_VERSION, tmp_path_factory.mktemp("dist"))
+
+
+@pytest.fixture(scope="session")
 def kubeconfig(control_plane: Cluster) -> Path:
     """Path of an admin kubeconfig for the session's cluster."""
     return control_plane.kubeconfig
@@ -156,6 +165,7 @@ from capfleet_e2e.serviceaccounts import run_operator_as  # noqa: E402
 
 __all__ = [
     "baremetal_servers",
+    "capfleet_release",
     "capi",
     "control_plane",
     "deploy_ramdisk",

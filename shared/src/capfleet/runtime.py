@@ -19,7 +19,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
@@ -51,6 +51,15 @@ R = TypeVar("R")
 SettingsT = TypeVar("SettingsT", bound=reconciling.Settings)
 
 VERSION = "0.1.0"
+"""The source's version. An image built for a release carries its own in CAPFLEET_VERSION (`release()`)."""
+
+
+def release(environ: Mapping[str, str] = os.environ) -> str:
+    """The version this process runs as: the image's CAPFLEET_VERSION (set by the build from its VERSION
+    argument, so two builds of one source for two releases tell themselves apart), else the source's."""
+    return environ.get("CAPFLEET_VERSION") or VERSION
+
+
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
@@ -306,7 +315,9 @@ def run(
     # In memo before any startup handler runs, the operator's own included.
     memo = kopf.Memo()
     memo[reconciling.SETTINGS_KEY] = loaded
-    metrics.OPERATOR_INFO.info({"operator": identity.name, "version": VERSION})
+    version = release()
+    metrics.OPERATOR_INFO.info({"operator": identity.name, "version": version})
+    logging.getLogger("capfleet").info("%s %s starting", identity.name, version)
     metrics.serve(*split_address(options.metrics_address))
     health_host, health_port = split_address(options.health_address)
 

@@ -1,62 +1,43 @@
-"""The fleet as users run it: pods from the images built here, on a node of the management cluster.
+"""capfleet as users install it: `clusterctl init` of a release built in this run, the fleet as pods.
 
-The images come from `make images` in the same run (capfleet_e2e.images); the node (capfleet_e2e.mgmtnode)
-loads their archives into containerd and never pulls. The all-in-one overlay is applied as it ships, with
-only its image tags set, and every Deployment must become Available: the pods start as their non-root
-user on a read-only root file system, pass their probes, reach the API server with their own
-ServiceAccount tokens through the `kubernetes` Service, and elect a leader per operator through its Lease.
+The release comes from `make release` in the same run (the `capfleet_release` fixture); the management
+cluster (capfleet_e2e.mgmtcluster) has a node that loads the release's image archives into containerd and
+never pulls. `clusterctl init --infrastructure capfleet --ipam capfleet` installs the two providers from
+the release directory, and every Deployment must become Available: the pods start as their non-root user
+on a read-only root file system from the digest-pinned images, pass their probes, reach the API server
+with their own ServiceAccount tokens through the `kubernetes` Service, and elect a leader per operator
+through its Lease.
 """
 
 from __future__ import annotations
 
 import json
-import re
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from capfleet_e2e.controlplane import Cluster, ControlPlane
-from capfleet_e2e.images import OPERATORS, ensure_images
-from capfleet_e2e.kubebin import Kubectl, repo_root
-from capfleet_e2e.mgmtnode import ManagementNode
+from capfleet_e2e.capibin import CAPI_VERSION
+from capfleet_e2e.clusterctl_components import INFRASTRUCTURE, IPAM
+from capfleet_e2e.images import OPERATORS, OciArchive
+from capfleet_e2e.kubebin import Kubectl
+from capfleet_e2e.mgmtcluster import ManagementCluster
+from capfleet_e2e.release import Release
 from capfleet_e2e.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
 NAMESPACE = "capfleet-system"
-TAG = "v0.0.0-test"
-AVAILABLE_SECONDS = 300.0
 LEADER_LABEL = "capfleet.dev/leader"
+# A pod's resident memory once idle: the fleet's target for one operator process is 100 MB, and
+# baremetal-provision's pod adds its boot front's.
+IDLE_POD_MIB = 150.0
 
 
 @pytest.fixture(scope="module")
-def node(control_plane: Cluster) -> Iterator[ManagementNode]:
-    if not isinstance(control_plane, ControlPlane):
-        pytest.skip("the management node joins only the local control plane")
-    archives = ensure_images(TAG)
-    with ManagementNode(control_plane, archives.values()) as started:
-        try:
-            yield started
-        finally:
-            # The fleet's workloads go while the node still runs, so its containers really stop; the CRDs
-            # and RBAC the overlay applied stay, as the other suites install the same.
-            control_plane.kubectl(
-                "delete",
-                "deployments,services,leases",
-                "--all",
-                "-n",
-                NAMESPACE,
-                "--wait=true",
-                "--timeout=120s",
-            )
-            control_plane.kubectl("delete", "pods", "--all", "-n", NAMESPACE, "--wait=true", "--timeout=120s")
-
-
-def tagged(manifests: str, tag: str) -> str:
-    """The overlay's manifests with every capfleet image at `tag`, as `kustomize edit set image` would."""
-    return re.sub(r"image: capfleet/([a-z-]+):\S+", rf"image: capfleet/\1:{tag}", manifests)
+def mgmt(capfleet_release: Release) -> Iterator[ManagementCluster]:
+    with ManagementCluster(capfleet_release) as cluster:
+        yield cluster
 
 
 def get(kubectl: Kubectl, *args: str) -> dict[str, Any]:
@@ -73,32 +54,44 @@ def available(deployment: dict[str, Any]) -> bool:
     return bool(status.get("availableReplicas") == wanted == status.get("updatedReplicas"))
 
 
-async def test_the_fleet_runs_as_pods_from_the_images_built_here(node: ManagementNode) -> None:
-    kubectl = node.cp.kubectl
-    # --force-conflicts: the RBAC tests of the same session apply deploy/base under their own field manager.
-    kubectl("apply", "--server-side", "--force-conflicts", "-k", str(repo_root() / "deploy" / "base"))
-    manifests = kubectl("kustomize", str(repo_root() / "deploy" / "overlays" / "all-in-one"))
-    kubectl("apply", "--server-side", "-f", "-", stdin=tagged(manifests, TAG))
-    names = {f"capfleet-{op}-manager" for op in OPERATORS}
-    began = time.monotonic()
-
-    async def all_available() -> dict[str, dict[str, Any]] | None:
-        found = deployments(kubectl)
-        return found if names <= set(found) and all(available(found[n]) for n in names) else None
-
+async def test_clusterctl_init_installs_the_release_and_the_fleet_runs_as_pods(
+    mgmt: ManagementCluster, capfleet_release: Release
+) -> None:
+    assert mgmt.node is not None
+    kubectl = mgmt.kubectl
     try:
-        await eventually("the five Deployments Available", all_available, AVAILABLE_SECONDS, 2.0)
+        seconds = mgmt.init()
     except BaseException:
         print(kubectl("get", "pods", "-n", NAMESPACE, "-o", "wide"))
         raise
-    print(f"all five Deployments Available {time.monotonic() - began:.1f} s after apply")
+    print(f"clusterctl init to every Deployment Available: {seconds:.1f} s")
+    assert mgmt.providers() == {
+        "cluster-api": CAPI_VERSION,
+        "bootstrap-kubeadm": CAPI_VERSION,
+        "control-plane-kubeadm": CAPI_VERSION,
+        INFRASTRUCTURE.name: capfleet_release.tag,
+        IPAM.name: capfleet_release.tag,
+    }
+    tag = capfleet_release.tag
+    pinned = {
+        op: f"docker.io/capfleet/{op}:{tag}@{OciArchive(capfleet_release.archive(op)).digest}"
+        for op in OPERATORS
+    }
+    installed = deployments(kubectl)
+    assert set(installed) == {f"capfleet-{op}-manager" for op in OPERATORS}
+    assert all(available(d) for d in installed.values()), "clusterctl's --wait-providers waited for them"
+    for name, deployment in installed.items():
+        provider = IPAM if name == "capfleet-ipam-address-manager" else INFRASTRUCTURE
+        assert deployment["metadata"]["labels"]["cluster.x-k8s.io/provider"] == provider.name
+        assert deployment["metadata"]["labels"]["clusterctl.cluster.x-k8s.io"] == ""
 
     pods = get(kubectl, "pods", "-n", NAMESPACE)["items"]
     assert len(pods) == 2 * len(OPERATORS), "two replicas each"
     for pod in pods:
-        assert pod["spec"]["nodeName"] == node.name
+        assert pod["spec"]["nodeName"] == mgmt.node.name
+        operator = next(op for op in OPERATORS if pod["metadata"]["name"].startswith(f"capfleet-{op}-"))
+        assert {c["image"] for c in pod["spec"]["containers"]} == {pinned[operator]}
         for container in pod["status"]["containerStatuses"]:
-            assert container["image"].endswith(f":{TAG}"), container["image"]
             assert container["ready"], (pod["metadata"]["name"], container["name"])
             assert container["restartCount"] == 0, (pod["metadata"]["name"], container["name"])
 
@@ -132,3 +125,14 @@ async def test_the_fleet_runs_as_pods_from_the_images_built_here(node: Managemen
     )
     addresses = [a for s in boot["items"] for e in s.get("endpoints") or [] for a in e["addresses"]]
     assert len(addresses) == 1
+
+    # Each operator says which release it runs (the image's CAPFLEET_VERSION) in its first log line.
+    for pod in pods:
+        operator = next(op for op in OPERATORS if pod["metadata"]["name"].startswith(f"capfleet-{op}-"))
+        log = mgmt.node.container_log(pod, "manager")
+        assert f"{operator} {capfleet_release.version} starting" in log, log[:2000]
+
+    # Each pod's resident memory once the fleet is idle (every Deployment Available, leaders elected).
+    rss = {p["metadata"]["name"]: mgmt.node.pod_rss(p["metadata"]["uid"]) / 2**20 for p in pods}
+    print("idle pod memory (MiB): " + ", ".join(f"{name} {mib:.0f}" for name, mib in sorted(rss.items())))
+    assert all(0 < mib < IDLE_POD_MIB for mib in rss.values()), rss

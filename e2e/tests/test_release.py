@@ -9,11 +9,10 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from pathlib import Path
 
 import pytest
 
-from capfleet_e2e.capibin import clusterctl_binary
+from capfleet_e2e.capibin import run_clusterctl
 from capfleet_e2e.clusterctl_components import INFRASTRUCTURE, IPAM, PROVIDERS, Provider
 from capfleet_e2e.images import IMAGES, OciArchive, reference
 from capfleet_e2e.kubebin import repo_root
@@ -102,35 +101,14 @@ def test_every_image_is_pinned_to_the_digest_of_the_archive_beside_it(
 
 @integration
 @pytest.mark.timeout(1800)  # the first use builds clusterctl
-def test_clusterctl_renders_both_providers_from_dist_with_no_variable_left(
-    capfleet_release: Release, tmp_path: Path
-) -> None:
-    env = {
-        "XDG_CONFIG_HOME": str(tmp_path),
-        "CLUSTERCTL_DISABLE_VERSIONCHECK": "true",
-        "PATH": "/usr/bin:/bin",
-    }
+def test_clusterctl_renders_both_providers_from_dist_with_no_variable_left(capfleet_release: Release) -> None:
+    config = str(capfleet_release.clusterctl_config)
     for flag, provider in (("--infrastructure", INFRASTRUCTURE), ("--ipam", IPAM)):
-        result = subprocess.run(
-            [
-                str(clusterctl_binary()),
-                "generate",
-                "provider",
-                flag,
-                f"capfleet:{capfleet_release.tag}",
-                "--config",
-                str(capfleet_release.clusterctl_config),
-            ],
-            env=env,
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
+        rendered = run_clusterctl(
+            "generate", "provider", flag, f"capfleet:{capfleet_release.tag}", "--config", config, timeout=120
         )
-        assert result.returncode == 0, result.stderr
-        assert "${" not in result.stdout
-        pinned = images_of(result.stdout)
+        assert "${" not in rendered
+        pinned = images_of(rendered)
         assert len(pinned) == len(provider.operators)
         assert all(
             re.fullmatch(r"docker\.io/capfleet/[a-z-]+:v[\w.-]+@sha256:[0-9a-f]{64}", i) for i in pinned

@@ -8,6 +8,9 @@ which builds them on first use, as `ensure_kube_binaries` does for Kubernetes.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import tempfile
 from pathlib import Path
 
 from capfleet_e2e.crds import CAPI_VERSION
@@ -52,6 +55,26 @@ def clusterctl_binary(version: str = CAPI_VERSION) -> Path:
     XDG_CONFIG_HOME pointing to a temporary directory.
     """
     return ensure_capi_binaries(version) / "clusterctl"
+
+
+def run_clusterctl(*args: str, timeout: float, version: str = CAPI_VERSION) -> str:
+    """Run clusterctl as `clusterctl_binary` says to (no version check, a throw-away config home, which
+    is also its working directory); return its output, or raise AssertionError with it on failure."""
+    with tempfile.TemporaryDirectory(prefix="capfleet-clusterctl-") as home:
+        env = {**os.environ, "CLUSTERCTL_DISABLE_VERSIONCHECK": "true", "XDG_CONFIG_HOME": home, "HOME": home}
+        result = subprocess.run(
+            [str(clusterctl_binary(version)), *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
+            cwd=home,
+            check=False,
+        )
+    output = result.stdout + result.stderr
+    if result.returncode != 0:
+        raise AssertionError(f"clusterctl {args[0]} failed (exit {result.returncode}):\n{output}")
+    return output
 
 
 def capd_config_dir(version: str = CAPI_VERSION) -> Path:

@@ -17,9 +17,6 @@ Move also refuses while a Machine has no `status.nodeRef`. The test machines run
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -27,11 +24,12 @@ from typing import Any
 import yaml
 
 from capfleet.runtime import VERSION as CAPFLEET_VERSION
-from capfleet_e2e.capibin import CAPI_VERSION, clusterctl_binary
+from capfleet_e2e.capibin import CAPI_VERSION, run_clusterctl
 from capfleet_e2e.crds import apply_crds, capi_module_dir
 from capfleet_e2e.kubebin import Kubectl
 
 __all__ = [
+    "CAPI_PROVIDERS",
     "MOVE_LABEL",
     "PROVIDERS",
     "install_inventory",
@@ -49,7 +47,8 @@ CAPI_CRDS = "cluster.x-k8s.io/provider in (cluster-api,bootstrap-kubeadm,control
 MOVE_TIMEOUT = 600.0
 
 # (object name, providerName, type, namespace, version) as `clusterctl init` records them.
-PROVIDERS: tuple[tuple[str, str, str, str, str], ...] = (
+InventoryEntry = tuple[str, str, str, str, str]
+PROVIDERS: tuple[InventoryEntry, ...] = (
     ("cluster-api", "cluster-api", "CoreProvider", "capi-system", CAPI_VERSION),
     ("bootstrap-kubeadm", "kubeadm", "BootstrapProvider", "capi-kubeadm-bootstrap-system", CAPI_VERSION),
     (
@@ -69,10 +68,14 @@ PROVIDERS: tuple[tuple[str, str, str, str, str], ...] = (
 )
 
 
-def inventory() -> list[dict[str, Any]]:
+CAPI_PROVIDERS = PROVIDERS[:3]
+"""Cluster API's own three, which the harness runs as processes (capfleet_e2e.capi)."""
+
+
+def inventory(providers: tuple[InventoryEntry, ...] = PROVIDERS) -> list[dict[str, Any]]:
     """The provider namespaces and Provider objects `clusterctl init` would leave behind."""
     objects: list[dict[str, Any]] = []
-    for name, provider_name, kind, namespace, version in PROVIDERS:
+    for name, provider_name, kind, namespace, version in providers:
         objects.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
         objects.append(
             {
@@ -91,8 +94,8 @@ def inventory() -> list[dict[str, Any]]:
     return objects
 
 
-def install_inventory(kubectl: Kubectl) -> None:
-    """clusterctl's inventory CRD (from the CAPI module), the four providers' Provider objects, and the
+def install_inventory(kubectl: Kubectl, providers: tuple[InventoryEntry, ...] = PROVIDERS) -> None:
+    """clusterctl's inventory CRD (from the CAPI module), the providers' Provider objects, and the
     label `clusterctl init` puts on every component: move discovers only the kinds whose CRD carries
     it, and the harness installs CAPI's CRDs without it (capfleet's own CRDs ship with it)."""
     crd = yaml.safe_load((capi_module_dir(CAPI_VERSION) / INVENTORY_CRD).read_text())
@@ -104,7 +107,7 @@ def install_inventory(kubectl: Kubectl) -> None:
         "--field-manager=clusterctl",
         "-f",
         "-",
-        stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": inventory()}),
+        stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": inventory(providers)}),
     )
 
 
@@ -120,27 +123,18 @@ def remove_inventory(kubectl: Kubectl) -> None:
 def move(source: Path, target: Path, namespace: str, *, timeout: float = MOVE_TIMEOUT) -> str:
     """Run the real `clusterctl move` of `namespace` from `source` to `target` (kubeconfig paths); return
     its output, or raise with it on failure."""
-    with tempfile.TemporaryDirectory(prefix="capfleet-clusterctl-") as home:
-        env = {**os.environ, "CLUSTERCTL_DISABLE_VERSIONCHECK": "true", "XDG_CONFIG_HOME": home}
-        argv = [
-            str(clusterctl_binary()),
-            "move",
-            "--kubeconfig",
-            str(source),
-            "--to-kubeconfig",
-            str(target),
-            "--namespace",
-            namespace,
-            "-v",
-            "3",
-        ]
-        result = subprocess.run(
-            argv, capture_output=True, text=True, env=env, timeout=timeout, cwd=home, check=False
-        )
-    output = result.stdout + result.stderr
-    if result.returncode != 0:
-        raise AssertionError(f"clusterctl move failed (exit {result.returncode}):\n{output}")
-    return output
+    return run_clusterctl(
+        "move",
+        "--kubeconfig",
+        str(source),
+        "--to-kubeconfig",
+        str(target),
+        "--namespace",
+        namespace,
+        "-v",
+        "3",
+        timeout=timeout,
+    )
 
 
 def register_nodes(workload: Kubectl, machines: Iterable[Mapping[str, Any]]) -> list[str]:

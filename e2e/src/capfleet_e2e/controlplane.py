@@ -186,8 +186,10 @@ class ControlPlane:
         start_timeout: float = START_TIMEOUT,
         apiserver_args: Sequence[str] = (),
         audit_policy: str = AUDIT_POLICY,
+        capfleet_crds: bool = True,
     ):
         self.version = version
+        self.capfleet_crds = capfleet_crds
         self.audit_policy = audit_policy
         self.apiserver_args = tuple(apiserver_args)
         self.start_timeout = start_timeout
@@ -231,7 +233,9 @@ class ControlPlane:
                 bin_dir, pki.serving_cert, pki.serving_key, pki.sa_public_key, pki.sa_private_key, etcd_url
             )
             write_kubeconfig(self.kubeconfig, self.server, self.ca_path, ADMIN_USER, self.admin_token)
-            self.installed_crds = crds.install_all(self.kubectl, keep_webhook_converted=False)
+            self.installed_crds = crds.install_all(
+                self.kubectl, keep_webhook_converted=False, capfleet=self.capfleet_crds
+            )
             self._start_controller_manager(bin_dir, pki.serving_cert, pki.serving_key)
         except BaseException:
             self.stop()

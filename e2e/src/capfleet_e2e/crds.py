@@ -134,8 +134,9 @@ def apply_crds(kubectl: Kubectl, crds: list[Crd]) -> list[str]:
     return names
 
 
-def install_all(kubectl: Kubectl, keep_webhook_converted: bool = True) -> list[str]:
-    """Install capfleet's and Cluster API's CRDs; return the names of those installed.
+def install_all(kubectl: Kubectl, keep_webhook_converted: bool = True, capfleet: bool = True) -> list[str]:
+    """Install capfleet's (unless not `capfleet`: a cluster that gets them from `clusterctl init`) and
+    Cluster API's CRDs; return the names of those installed.
 
     With `keep_webhook_converted`, Cluster API CRDs already served through a conversion webhook (a cluster
     that runs the real CAPI) are left alone, so the harness never breaks a working installation.
@@ -144,4 +145,4 @@ def install_all(kubectl: Kubectl, keep_webhook_converted: bool = True) -> list[s
     if keep_webhook_converted:
         keep = _webhook_converted(kubectl, (c["metadata"]["name"] for c in capi))
         capi = [c for c in capi if c["metadata"]["name"] not in keep]
-    return apply_crds(kubectl, capfleet_crds() + capi)
+    return apply_crds(kubectl, (capfleet_crds() if capfleet else []) + capi)

@@ -216,6 +216,25 @@ class ManagementNode:
         self.ctr("images", "tag", "--force", image.name, by_digest)
         return by_digest
 
+    def container_log(self, pod: dict[str, object], container: str) -> str:
+        """What a container of `pod` (a Pod object) wrote, every restart's log in order: read from the
+        kubelet's log directory (`kubectl logs` would need the API server to reach this node by name)."""
+        metadata = pod["metadata"]
+        assert isinstance(metadata, dict)
+        directory = self.root / "pods" / f"{metadata['namespace']}_{metadata['name']}_{metadata['uid']}"
+        logs = sorted((directory / container).glob("*.log"), key=lambda p: int(p.stem))
+        return "".join(log.read_text(errors="replace") for log in logs)
+
+    def pod_rss(self, uid: str) -> int:
+        """Resident memory of a pod's containers in bytes (total_rss of its cgroup v1 memory controller,
+        under whichever QoS class the kubelet put it)."""
+        for stat in Path("/sys/fs/cgroup/memory/kubepods").glob(f"**/pod{uid}/memory.stat"):
+            for line in stat.read_text().splitlines():
+                key, value = line.split()
+                if key == "total_rss":
+                    return int(value)
+        raise LookupError(f"no memory cgroup for pod {uid}")
+
     # -- start and stop -------------------------------------------------------------------------------
 
     def start(self) -> Self:

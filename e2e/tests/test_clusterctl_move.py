@@ -49,8 +49,8 @@ from capfleet_e2e.site import (
     OPERATOR_ENV,
     OWNER_FIELD,
     HybridSite,
-    baremetal_env,
     boot_files,
+    boot_on_host,
     domains_of,
 )
 from capfleet_e2e.waiting import eventually
@@ -111,7 +111,7 @@ async def target_cluster(
                     {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": site.namespace}},
                 )
                 await copy_hypervisor(site, kube)
-                baremetal, _ = baremetal_env(pxe_lab, boot_files(netboot, workdir / "boot-target"))
+                baremetal, _, _ = boot_on_host(pxe_lab, boot_files(netboot, workdir / "boot-target"))
                 log_dir = artifacts_dir() / "operators-target"
                 log_dir.mkdir(parents=True, exist_ok=True)
                 for module, env in OPERATOR_ENV.items():

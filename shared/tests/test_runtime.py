@@ -237,3 +237,13 @@ def test_an_image_reports_the_release_it_was_built_for_and_a_source_checkout_its
     assert runtime.release({"CAPFLEET_VERSION": "0.2.0"}) == "0.2.0"
     assert runtime.release({"CAPFLEET_VERSION": ""}) == runtime.VERSION
     assert runtime.release({}) == runtime.VERSION
+
+
+def test_in_a_pod_the_api_server_is_the_kubernetes_services_address_without_dns() -> None:
+    from capfleet.kube import in_cluster_server
+
+    env = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+    assert in_cluster_server(env) == "https://10.0.0.1:443"
+    assert in_cluster_server({**env, "KUBERNETES_SERVICE_HOST": "fd00::1"}) == "https://[fd00::1]:443"
+    assert in_cluster_server({"KUBERNETES_SERVICE_HOST": "10.0.0.1"}) is None
+    assert in_cluster_server({}) is None

@@ -58,6 +58,8 @@ KCM_CLUSTER_ROLES = (
     "system:controller:namespace-controller",
     "system:controller:service-account-controller",
 )
+SERVICE_CIDR = "10.0.0.0/24"
+"""The Services' cluster IPs (the `kubernetes` Service is its first address)."""
 AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
@@ -160,7 +162,7 @@ def apiserver_argv(
         "--bind-address=127.0.0.1",
         "--advertise-address=127.0.0.1",
         "--endpoint-reconciler-type=none",
-        "--service-cluster-ip-range=10.0.0.0/24",
+        f"--service-cluster-ip-range={SERVICE_CIDR}",
         f"--service-account-issuer=https://127.0.0.1:{port}",
         f"--service-account-key-file={sa_pub}",
         f"--service-account-signing-key-file={sa_key}",

@@ -29,7 +29,7 @@ from capfleet_e2e.imageserver import image_server, sha256_of
 from capfleet_e2e.netbox.fixtures import NetboxInstance
 from capfleet_e2e.nodeimage.build import NodeImage
 from capfleet_e2e.nodesite import NodeSite
-from capfleet_e2e.site import OPERATOR_ENV, baremetal_env, bmc_secret, netbox_secret, record_servers
+from capfleet_e2e.site import OPERATOR_ENV, bmc_secret, boot_on_host, netbox_secret, record_servers
 
 ROOT_SERIAL = "CAPFLEET-ROOT"
 # A worker node: the node image (2.3 GiB) and its seed on a 6 GiB disk; kubelet and containerd in 1.5 GiB.
@@ -104,7 +104,7 @@ async def open_metal(
     for body in (netbox_secret(netbox), bmc_secret(servers[0], BMC_SECRET)):
         await site.kube.create(resources.SECRETS, body, site.namespace)
     (workdir / "boot").mkdir(parents=True, exist_ok=True)
-    env, boot_url = baremetal_env(pxe_lab, workdir / "boot")
+    env, boot_url, _ = boot_on_host(pxe_lab, workdir / "boot")
     env |= {
         "CAPFLEET_DEPLOY_RAMDISK_DIR": str(deploy_ramdisk.directory),
         "CAPFLEET_IMAGE_CACHE_DIR": str(workdir / "images"),

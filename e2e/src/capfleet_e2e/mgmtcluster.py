@@ -10,8 +10,8 @@ What clusterctl would also install on an empty cluster is already there, as the 
 
 - Cluster API's core, kubeadm bootstrap and kubeadm control-plane providers run as host processes
   (capi.py, started with `start_capi()`); their Provider objects are in clusterctl's inventory, so
-  clusterctl installs only capfleet's two. It still reads the core provider's metadata.yaml to check
-  contracts: the configuration names a local repository holding the CAPI module's own metadata.yaml.
+  clusterctl installs only capfleet's two. It still reads their metadata.yaml to check contracts: the
+  configuration names a local repository for each holding the CAPI module's own metadata.yaml.
 - cert-manager: clusterctl checks for it by creating an Issuer and a Certificate, and installs it when
   that fails. capfleet's components use no cert-manager and no registry here serves its images, so the
   cluster carries cert-manager's two CRDs (`CERT_MANAGER_CRDS`), which is all the check creates; without
@@ -31,6 +31,7 @@ import yaml
 
 from capfleet_e2e.capi import CapiManagers
 from capfleet_e2e.capibin import CAPI_VERSION, run_clusterctl
+from capfleet_e2e.clusterctl_components import PROVIDERS
 from capfleet_e2e.clusterctl_move import CAPI_PROVIDERS, install_inventory
 from capfleet_e2e.controlplane import ControlPlane
 from capfleet_e2e.crds import apply_crds, capi_module_dir
@@ -67,14 +68,38 @@ def _stand_in_crd(kind: str, plural: str) -> dict[str, Any]:
 CERT_MANAGER_CRDS = (_stand_in_crd("Issuer", "issuers"), _stand_in_crd("Certificate", "certificates"))
 
 
+def add_to_repository(repository: Path, release: Release) -> None:
+    """Copy the providers' version directories of `release` into a clusterctl repository (beside the
+    versions already there: what `clusterctl upgrade` chooses from)."""
+    for provider in PROVIDERS:
+        source = release.components(provider).parent
+        if source.is_dir():
+            shutil.copytree(source, repository / provider.name / release.tag, dirs_exist_ok=True)
+
+
+# Cluster API's own providers as clusterctl names them: (repository label, name, type, components file).
+CAPI_REPOSITORIES = (
+    ("cluster-api", "cluster-api", "CoreProvider", "core-components.yaml"),
+    ("bootstrap-kubeadm", "kubeadm", "BootstrapProvider", "bootstrap-components.yaml"),
+    ("control-plane-kubeadm", "kubeadm", "ControlPlaneProvider", "control-plane-components.yaml"),
+)
+
+
 def clusterctl_config(release: Release, repository: Path) -> dict[str, Any]:
-    """The release's `providers:` and the core provider's local repository (its metadata.yaml only)."""
-    core = repository / "cluster-api" / CAPI_VERSION
-    core.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(capi_module_dir(CAPI_VERSION) / "metadata.yaml", core / "metadata.yaml")
-    providers = yaml.safe_load(release.clusterctl_config.read_text())["providers"]
-    entry = {"name": "cluster-api", "type": "CoreProvider", "url": f"file://{core / 'core-components.yaml'}"}
-    return {"providers": [entry, *providers]}
+    """The release's `providers:` in `repository`, and Cluster API's three with only their metadata.yaml
+    (the module's): clusterctl reads every installed provider's to check contracts, and would otherwise
+    ask GitHub for it."""
+    entries = []
+    for label, name, kind, components in CAPI_REPOSITORIES:
+        directory = repository / label / CAPI_VERSION
+        directory.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(capi_module_dir(CAPI_VERSION) / "metadata.yaml", directory / "metadata.yaml")
+        entries.append({"name": name, "type": kind, "url": f"file://{directory / components}"})
+    add_to_repository(repository, release)
+    for provider in PROVIDERS:
+        path = repository / provider.name / release.tag / provider.file
+        entries.append({"name": "capfleet", "type": provider.type, "url": f"file://{path}"})
+    return {"providers": entries}
 
 
 class ManagementCluster:
@@ -86,7 +111,9 @@ class ManagementCluster:
         self.node: ManagementNode | None = None
         self.capi: CapiManagers | None = None
         self._tmp = Path(tempfile.mkdtemp(prefix="capfleet-mgmt-"))
+        self.repository = self._tmp / "repository"
         self.config = self._tmp / "clusterctl.yaml"
+        self.initialized = False
 
     def __enter__(self) -> Self:
         return self.start()
@@ -104,7 +131,7 @@ class ManagementCluster:
             self.node = ManagementNode(self.cp, self.release.archives().values()).start()
             apply_crds(self.cp.kubectl, list(CERT_MANAGER_CRDS))
             install_inventory(self.cp.kubectl, CAPI_PROVIDERS)
-            config = clusterctl_config(self.release, self._tmp / "repository")
+            config = clusterctl_config(self.release, self.repository)
             self.config.write_text(yaml.safe_dump(config, sort_keys=False))
         except BaseException:
             self.stop()
@@ -130,7 +157,15 @@ class ManagementCluster:
         returns the seconds it took."""
         began = time.monotonic()
         self.clusterctl("init", "--infrastructure", "capfleet", "--ipam", "capfleet", "--wait-providers")
+        self.initialized = True
         return time.monotonic() - began
+
+    def add_release(self, release: Release) -> None:
+        """Another release in the repository clusterctl upgrades from, its images on the node."""
+        assert self.node is not None
+        add_to_repository(self.repository, release)
+        for archive in release.archives().values():
+            self.node.load(archive)
 
     def providers(self) -> dict[str, str]:
         """clusterctl's inventory: provider object name → version."""

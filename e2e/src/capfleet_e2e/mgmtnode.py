@@ -8,12 +8,14 @@ kube-proxy. Images come only from archives (`ctr images import`), never from a r
 pulls (`imagePullPolicy: IfNotPresent` finds them).
 
 Network: the node (containerd, the kubelet, kube-proxy and the pods' bridge) lives in a network namespace
-the run creates (`capfleet-node-<random>`), with no route out of it. Pods get 172.31.<n>.0/24 addresses on
+the run creates (`capfleet-node-<random>`), with no route out of it. Pods get 172.31.0.0/24 addresses on
 the CNI bridge; the API server, which listens on the host's loopback, is reached through a relay pair over
 a UNIX socket (baremetal/relay.py), listening on every address of the namespace at the API server's own
 port. The lab publishes that relay as the `kubernetes` Service's endpoint (the API server's own endpoint
 reconciler is off), so pods reach the API at 10.0.0.1:443 through kube-proxy, with in-cluster config and
-their ServiceAccount tokens, as on any cluster.
+their ServiceAccount tokens, as on any cluster. `reach_host` puts any other service of the host's loopback
+(a hypervisor's sshd, NetBox, a BMC) at the same port on the pods' gateway, 172.31.0.1, the address the
+lab's certificates name for it.
 
 The kubelet runs with the cgroupfs driver and cgroup v1 allowed (`failCgroupV1: false`): this kind of
 machine has the v1 hierarchy and no systemd. containerd and the kubelet share the root mount namespace
@@ -23,6 +25,7 @@ machine has the v1 hierarchy and no systemd. containerd and the kubelet share th
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import secrets
@@ -35,12 +38,12 @@ from pathlib import Path
 from typing import Self
 
 from capfleet_e2e.baremetal.relay import __file__ as _relay_file
-from capfleet_e2e.controlplane import ControlPlane
+from capfleet_e2e.controlplane import SERVICE_CIDR, ControlPlane
 from capfleet_e2e.images import OciArchive
 from capfleet_e2e.kubebin import cache_root, ensure_kube_binaries
 from capfleet_e2e.nodeimage.components import ensure_components
 from capfleet_e2e.nodeimage.containers import ImageSpec, write_docker_archive
-from capfleet_e2e.pki import CertificateAuthority, write_private
+from capfleet_e2e.pki import POD_NETWORK_GATEWAY, CertificateAuthority, write_private
 from capfleet_e2e.processes import Component, free_port, wait_for
 
 NODE_BINARIES = ("kubelet", "kube-proxy", "kube-scheduler")
@@ -171,17 +174,19 @@ def kubelet_config(root: Path, ca: Path, port: int, cluster_dns: str | None = No
 class ManagementNode:
     """One node in a network namespace of its own, registered to `cp`; use as a context manager."""
 
-    def __init__(self, cp: ControlPlane, archives: Iterable[Path] = (), subnet: int | None = None) -> None:
+    def __init__(self, cp: ControlPlane, archives: Iterable[Path] = ()) -> None:
         self.cp = cp
         self.archives = list(archives)
-        n = subnet if subnet is not None else 1 + secrets.randbelow(254)
-        self.pod_subnet = f"172.31.{n}.0/24"
-        self.gateway = f"172.31.{n}.1"
+        # One fixed network: it exists only in this node's namespace, and the lab's certificates name its
+        # gateway (pki.POD_NETWORK_GATEWAY).
+        self.gateway = POD_NETWORK_GATEWAY
+        self.pod_subnet = str(ipaddress.IPv4Interface(f"{POD_NETWORK_GATEWAY}/24").network)
         self.netns = f"capfleet-node-{secrets.token_hex(4)}"
         self.name = NODE_NAME
         self.root = cache_root() / "mgmt-node" / self.netns
         self.log_dir = cp.log_dir / "mgmt-node"
         self.components: list[Component] = []
+        self._reached: set[int] = set()
         self._netns_created = False
         self._netns_before: set[str] = set()
 
@@ -260,6 +265,9 @@ class ManagementNode:
         _run(["ip", "-n", self.netns, "link", "add", "cni0", "type", "bridge"])
         _run(["ip", "-n", self.netns, "addr", "add", f"{self.gateway}/24", "dev", "cni0"])
         _run(["ip", "-n", self.netns, "link", "set", "cni0", "up"])
+        # The node's own connections to a cluster IP (a relay into a Service) need a route for kube-proxy's
+        # rules to rewrite; a real node has its default route. Nothing leaves: cni0 is the pods' bridge.
+        _run(["ip", "-n", self.netns, "route", "add", SERVICE_CIDR, "dev", "cni0"])
         _run(
             self.in_netns(
                 ["sysctl", "-q", "-w", "net.ipv4.ip_forward=1", "net.ipv4.conf.all.route_localnet=1"]
@@ -350,21 +358,31 @@ class ManagementNode:
         write_private(path, json.dumps(config).encode())
         return path
 
-    def _relay_api(self) -> None:
-        """The API server at port `cp.port` on every address of the namespace (loopback and the bridge)."""
-        sock = self.root / "api.sock"
+    def reach_host(self, port: int, listen: str | None = None) -> str:
+        """The host's 127.0.0.1:`port` at the same port on `listen` in the node (default: the pods'
+        gateway), through a relay pair over a UNIX socket, once per port; returns the address pods use."""
+        listen = listen or self.gateway
+        if port in self._reached:
+            return self.gateway
+        self._reached.add(port)
+        sock = self.root / f"host-{port}.sock"
         relay = [sys.executable, _relay_file]
         host = self._start(
-            "api-relay-host", [*relay, f"unix:{sock}", f"tcp:127.0.0.1:{self.cp.port}"], netns=False
+            f"relay-host-{port}", [*relay, f"unix:{sock}", f"tcp:127.0.0.1:{port}"], netns=False
         )
-        wait_for("the API relay's socket", lambda: True if sock.exists() else None, 20, [host])
-        ns = self._start("api-relay-node", [*relay, f"tcp:0.0.0.0:{self.cp.port}", f"unix:{sock}"])
+        wait_for(f"the relay socket to port {port}", lambda: True if sock.exists() else None, 20, [host])
+        ns = self._start(f"relay-node-{port}", [*relay, f"tcp:{listen}:{port}", f"unix:{sock}"])
         wait_for(
-            "the API relay in the node",
+            f"the relay to port {port} in the node",
             lambda: True if "listening" in ns.log_path.read_text() else None,
             20,
             [ns],
         )
+        return self.gateway
+
+    def _relay_api(self) -> None:
+        """The API server at port `cp.port` on every address of the namespace (loopback and the bridge)."""
+        self.reach_host(self.cp.port, listen="0.0.0.0")
 
     def _publish_api_endpoint(self) -> None:
         """The `kubernetes` Service's EndpointSlice: the relay on the pods' gateway (the API server's own
@@ -439,6 +457,9 @@ class ManagementNode:
             with contextlib.suppress(RuntimeError):
                 _run(["ip", "netns", "delete", self.netns])
             self._netns_created = False
+        # The containers' logs outlive the node, with the run's other logs.
+        if (self.root / "pods").is_dir():
+            shutil.copytree(self.root / "pods", self.log_dir / "pods", dirs_exist_ok=True)
         shutil.rmtree(self.root, ignore_errors=True)
 
     def _kill_shims(self) -> None:

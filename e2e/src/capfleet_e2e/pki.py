@@ -22,7 +22,12 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 SERVING_DNS_NAMES = ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc")
-SERVING_IPS = ("127.0.0.1", "10.0.0.1")  # loopback, and the first address of the service range
+POD_NETWORK_GATEWAY = "172.31.0.1"
+"""The management node's address on its pods' bridge (mgmtnode.py): where pods reach the lab's services
+(the API server, hypervisors, NetBox, the BMCs), so the lab's serving certificates name it too. It exists
+only inside the node's network namespace."""
+# Loopback, the first address of the service range, and the pods' gateway.
+SERVING_IPS = ("127.0.0.1", "10.0.0.1", POD_NETWORK_GATEWAY)
 _VALIDITY = datetime.timedelta(days=2)
 
 

@@ -29,7 +29,7 @@ import shutil
 import subprocess
 import sys
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -69,7 +69,7 @@ class Release:
         return self.dist / "images" / f"{image}.tar"
 
     def archives(self) -> dict[str, Path]:
-        return {image: self.archive(image) for image in IMAGES}
+        return {image: self.archive(image) for image in IMAGES if self.archive(image).exists()}
 
     def components(self, provider: Provider) -> Path:
         return provider_dir(self.dist, provider, self.version) / provider.file
@@ -99,10 +99,10 @@ def metadata(version: str, root: Path) -> str:
     return text
 
 
-def pins(archives: Mapping[str, Path]) -> dict[str, Pin]:
+def pins(archives: Mapping[str, Path], images: Sequence[str] = OPERATORS) -> dict[str, Pin]:
     """Operator → its released image: the tag its archive names and its manifest's digest."""
     result = {}
-    for operator in OPERATORS:
+    for operator in (i for i in images if i in OPERATORS):
         archive = OciArchive(archives[operator])
         result[operator] = Pin(archive.name.rsplit(":", 1)[1], archive.digest)
     return result
@@ -177,7 +177,7 @@ def provider_dir(dist: Path, provider: Provider, version: str) -> Path:
     return dist / provider.name / tag_of(version)
 
 
-def clusterctl_config(dist: Path, version: str) -> dict[str, Any]:
+def clusterctl_config(dist: Path, version: str, providers: Sequence[Provider] = PROVIDERS) -> dict[str, Any]:
     """clusterctl.yaml's `providers:` for the release in `dist` (an absolute path)."""
     return {
         "providers": [
@@ -186,20 +186,34 @@ def clusterctl_config(dist: Path, version: str) -> dict[str, Any]:
                 "type": provider.type,
                 "url": f"file://{provider_dir(dist.resolve(), provider, version) / provider.file}",
             }
-            for provider in PROVIDERS
+            for provider in providers
         ]
     }
 
 
-def write(version: str, dist: Path, archives: Mapping[str, Path], root: Path | None = None) -> Path:
-    """The release of `version` in `dist` (emptied first) from the built `archives` (image → archive)."""
+def released_images(providers: Sequence[Provider]) -> tuple[str, ...]:
+    """The images a release of `providers` ships: their operators', and the console with the
+    infrastructure provider."""
+    operators = {op for provider in providers for op in provider.operators}
+    return tuple(i for i in IMAGES if i in operators or (i == "console" and INFRASTRUCTURE in providers))
+
+
+def write(
+    version: str,
+    dist: Path,
+    archives: Mapping[str, Path],
+    root: Path | None = None,
+    providers: Sequence[Provider] = PROVIDERS,
+) -> Path:
+    """The release of `version` in `dist` (emptied first) from the built `archives` (image → archive);
+    all providers, or (a provider released on its own) only `providers`."""
     root = root or repo_root()
     meta = metadata(version, root)
     if dist.exists():
         shutil.rmtree(dist)
-    released = pins(archives)
+    released = pins(archives, released_images(providers))
     created = release_time(root)
-    for provider in PROVIDERS:
+    for provider in providers:
         out = provider_dir(dist, provider, version)
         out.mkdir(parents=True)
         (out / provider.file).write_text(render(provider, root, released, version))
@@ -209,7 +223,7 @@ def write(version: str, dist: Path, archives: Mapping[str, Path], root: Path | N
                 shutil.copyfile(root / OUTPUT_DIR / template, out / template)
     images = dist / "images"
     images.mkdir()
-    for image in IMAGES:
+    for image in released_images(providers):
         archive = images / f"{image}.tar"
         try:
             os.link(archives[image], archive)  # the archives are large; a hard link where it can be one
@@ -217,7 +231,8 @@ def write(version: str, dist: Path, archives: Mapping[str, Path], root: Path | N
             shutil.copyfile(archives[image], archive)
         bom = sbom(image, OciArchive(archive), root, created)
         (images / f"{image}{SBOM_SUFFIX}").write_text(json.dumps(bom, indent=2) + "\n")
-    (dist / "clusterctl.yaml").write_text(yaml.safe_dump(clusterctl_config(dist, version), sort_keys=False))
+    config = clusterctl_config(dist, version, providers)
+    (dist / "clusterctl.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     (dist / SUMS).write_text(sums(dist))
     return dist
 
@@ -234,11 +249,12 @@ def release_time(root: Path) -> str:
     return datetime.fromtimestamp(int(epoch), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def build(version: str, dist: Path) -> Release:
-    """Build the six images for `version` (hack/images.sh) and write the release."""
+def build(version: str, dist: Path, providers: Sequence[Provider] = PROVIDERS) -> Release:
+    """Build the images of `providers` for `version` (hack/images.sh) and write their release."""
     metadata(version, repo_root())  # refuse an unknown series before a build
-    archives = ensure_images(tag_of(version), env={"VERSION": version})
-    return Release(version, write(version, dist, archives))
+    images = released_images(providers)
+    archives = ensure_images(tag_of(version), images, env={"VERSION": version})
+    return Release(version, write(version, dist, archives, providers=providers))
 
 
 def main(argv: list[str] | None = None) -> int:

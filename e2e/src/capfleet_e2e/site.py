@@ -14,6 +14,7 @@ import contextlib
 import re
 import secrets
 import shutil
+import urllib.parse
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ from capfleet_e2e.controlplane import ControlPlane
 from capfleet_e2e.libvirt.bootdisk import boot_disk
 from capfleet_e2e.libvirt.hypervisor import Hypervisor, upload_volume
 from capfleet_e2e.libvirt.image import TestImage
+from capfleet_e2e.libvirt.sshd import known_hosts_name
 from capfleet_e2e.namespaces import delete_namespace
 from capfleet_e2e.netbox.fixtures import NetboxInstance
 from capfleet_e2e.waiting import eventually
@@ -138,6 +140,23 @@ def domains_of(hv: Hypervisor, namespace: str) -> list[str]:
         conn.close()
 
 
+Reach = Callable[[int], str]
+"""Where the operators reach a service of the host's loopback at a port: the host they connect to (the
+port stays). Host processes reach it on loopback; pods on a management node through its relays."""
+
+
+def on_loopback(_port: int) -> str:
+    return "127.0.0.1"
+
+
+def relocated(url: str, reach: Reach) -> str:
+    """`url`, of a service on the host's loopback, as the operators reach it."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.hostname != "127.0.0.1" or parts.port is None:
+        raise ValueError(f"not a loopback service with a port: {url}")
+    return parts._replace(netloc=f"{reach(parts.port)}:{parts.port}").geturl()
+
+
 async def register_hypervisor(
     kube: Kube,
     secret_namespace: str,
@@ -145,12 +164,19 @@ async def register_hypervisor(
     *,
     labels: Mapping[str, str] | None = None,
     known_hosts: str | None = None,
+    reach: Reach = on_loopback,
 ) -> str:
-    """Secrets (in `secret_namespace`) and a Hypervisor object for test hypervisor `hv`; returns its name."""
+    """Secrets (in `secret_namespace`) and a Hypervisor object for test hypervisor `hv`; returns its name.
+    The host key is the sshd's own under the name the operators reach it by."""
     name = f"{hv.name}-{secrets.token_hex(3)}"
+    host = reach(hv.sshd.port)
     keys = {
         "ssh-privatekey": hv.sshd.client_private_key,
-        "known_hosts": hv.sshd.known_hosts if known_hosts is None else known_hosts,
+        "known_hosts": (
+            f"{known_hosts_name(host, hv.sshd.port)} {hv.sshd.host_public_key}\n"
+            if known_hosts is None
+            else known_hosts
+        ),
     }
     await kube.create(resources.SECRETS, secret(name, keys), secret_namespace)
     ref = {"name": name, "namespace": secret_namespace}
@@ -160,7 +186,7 @@ async def register_hypervisor(
         "metadata": {"name": name, "labels": {"capfleet.dev/test": secret_namespace, **(labels or {})}},
         "spec": {
             "connection": {
-                "host": hv.sshd.host,
+                "host": host,
                 "port": hv.sshd.port,
                 "user": hv.sshd.user,
                 "socketPath": str(hv.daemon.socket_path),
@@ -183,9 +209,14 @@ def boot_files(image: TestImage, directory: Path) -> Path:
     return directory
 
 
-def baremetal_env(pxe_lab: PxeLab, files: Path) -> tuple[dict[str, str], str]:
-    """baremetal-provision's settings: its boot server on a UNIX socket behind a boot front that the lab's
-    servers reach as the lab's HTTP address; returns (environment, base URL the servers use)."""
+Boot = Callable[[PxeLab, Path], tuple[dict[str, str], str, str]]
+"""How the lab's servers reach baremetal-provision's boot server, given the lab and a directory with the
+installer's files: (the operator's settings, the boot URL the servers use, the URL the files are at)."""
+
+
+def boot_on_host(pxe_lab: PxeLab, files: Path) -> tuple[dict[str, str], str, str]:
+    """The operator's boot server on a UNIX socket behind a boot front on the lab's HTTP address, serving
+    the files itself (the host processes' way)."""
     url = pxe_lab.network.http_url().rstrip("/")
     env = {
         **OPERATOR_ENV["baremetal_provision"],
@@ -193,7 +224,7 @@ def baremetal_env(pxe_lab: PxeLab, files: Path) -> tuple[dict[str, str], str]:
         "CAPFLEET_BOOT_URL": url,
         "CAPFLEET_BOOT_FILES_DIR": str(files),
     }
-    return env, url
+    return env, url, f"{url}/files"
 
 
 def ensure_custom_fields(netbox: NetboxInstance) -> None:
@@ -237,8 +268,8 @@ def record_servers(
     return role, "lab-vms"
 
 
-def netbox_secret(netbox: NetboxInstance, name: str = "netbox") -> dict[str, Any]:
-    return secret(name, {"url": netbox.url, "token": netbox.token})
+def netbox_secret(netbox: NetboxInstance, name: str = "netbox", reach: Reach = on_loopback) -> dict[str, Any]:
+    return secret(name, {"url": relocated(netbox.url, reach), "token": netbox.token})
 
 
 def bmc_secret(server: BareMetalServer, name: str = "bmc") -> dict[str, Any]:
@@ -254,7 +285,7 @@ def cluster_variables(
     cluster_name: str,
     endpoint: tuple[str, int],
     vm_callback_url: str,
-    boot_url: str,
+    files_url: str,
     netboot: TestImage,
     site: str,
     worker_role: str,
@@ -268,8 +299,8 @@ def cluster_variables(
         "CONTROL_PLANE_ENDPOINT_PORT": str(endpoint[1]),
         "HYPERVISOR_SITE": site,
         "VM_CALLBACK_URL": vm_callback_url,
-        "INSTALLER_KERNEL_URL": f"{boot_url}/files/kernel",
-        "INSTALLER_INITRD_URL": f"{boot_url}/files/initrd",
+        "INSTALLER_KERNEL_URL": f"{files_url}/kernel",
+        "INSTALLER_INITRD_URL": f"{files_url}/initrd",
         "INSTALLER_KERNEL_ARGS": "[" + ", ".join(f'"{a}"' for a in netboot.cmdline.split()) + "]",
         "WORKER_DEVICE_ROLE": worker_role,
         "NETBOX_VM_CLUSTER": netbox_vm_cluster,
@@ -396,19 +427,26 @@ async def open_site(
     start_operator: StartOperator,
     workdir: Path,
     cluster_name: str = "hybrid",
+    reach: Reach = on_loopback,
+    boot: Boot = boot_on_host,
 ) -> AsyncIterator[HybridSite]:
     """Prepare everything a hybrid cluster needs and start the five operators; on exit delete the
-    cluster (if still there) and wait, so that nothing outlives the site, then stop the site's parts."""
+    cluster (if still there) and wait, so that nothing outlives the site, then stop the site's parts.
+    `reach` and `boot` say how the operators reach the lab and its servers the operators (host processes
+    by default; pods on a management node: capfleet_e2e.podfleet)."""
     ensure_base_image(hypervisor, vm_image)
     _, audit_offset = control_plane.audit_events()
-    hypervisor_name = await register_hypervisor(kube, namespace, hypervisor, labels={SITE_LABEL: namespace})
+    hypervisor_name = await register_hypervisor(
+        kube, namespace, hypervisor, labels={SITE_LABEL: namespace}, reach=reach
+    )
     callbacks = Callbacks()
     workload: WorkloadAPIServer | None = None
     try:
-        role, vm_cluster = record_servers(netbox, servers, "worker")
-        for body in (netbox_secret(netbox), bmc_secret(servers[0])):
+        bmcs = {server.name: relocated(server.bmc_address, reach) for server in servers}
+        role, vm_cluster = record_servers(netbox, servers, "worker", bmcs)
+        for body in (netbox_secret(netbox, reach=reach), bmc_secret(servers[0])):
             await kube.create(resources.SECRETS, body, namespace)
-        baremetal, boot_url = baremetal_env(pxe_lab, boot_files(netboot, workdir / "boot"))
+        baremetal, _, files_url = boot(pxe_lab, boot_files(netboot, workdir / "boot"))
         workload = WorkloadAPIServer(control_plane, cluster_name).start()
         await kube.create(resources.SECRETS, workload.ca_secret(namespace), namespace)
         operators = {
@@ -419,7 +457,7 @@ async def open_site(
             cluster_name=cluster_name,
             endpoint=(workload.host, workload.port),
             vm_callback_url=f"http://10.0.2.2:{callbacks.port}{CALLBACK_PATH}",
-            boot_url=boot_url,
+            files_url=files_url,
             netboot=netboot,
             site=namespace,
             worker_role=role,

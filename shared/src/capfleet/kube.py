@@ -286,3 +286,13 @@ class Kube:
 
 def _in_cluster() -> bool:
     return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and not os.environ.get("KUBECONFIG")
+
+
+def in_cluster_server(environ: Mapping[str, str]) -> str | None:
+    """The API server's URL inside a pod, as client-go's in-cluster config finds it: the `kubernetes`
+    Service's address from KUBERNETES_SERVICE_HOST and _PORT, with no DNS lookup (a pod whose cluster DNS
+    is down, or that has none, still reaches it). None outside a pod."""
+    host, port = environ.get("KUBERNETES_SERVICE_HOST"), environ.get("KUBERNETES_SERVICE_PORT")
+    if not host or not port:
+        return None
+    return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -40,7 +41,7 @@ from capfleet import (
     securemetrics,
     statuses,
 )
-from capfleet.kube import Kube, KubeError
+from capfleet.kube import Kube, KubeError, in_cluster_server
 from capfleet.options import HANDLED_KEY, parse_options, split_address
 from capfleet.options import Identity as Identity
 from capfleet.options import Options as Options
@@ -267,6 +268,11 @@ def _install(
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
         if options.kubeconfig is None:
             in_cluster = kopf.login_with_service_account(**kwargs)
+            server = in_cluster_server(os.environ)
+            if in_cluster is not None and server is not None:
+                # kopf names the API server kubernetes.default.svc, which needs the cluster's DNS;
+                # the API client (and client-go) use the Service's address from the environment.
+                return dataclasses.replace(in_cluster, server=server)
             if in_cluster is not None:
                 return in_cluster
         return kopf.login_with_kubeconfig(**kwargs)

@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
@@ -90,6 +91,7 @@ class PxeNetwork:
         self._front: Component | None = None
         self._fronts = 0
         self._exposed: dict[tuple[str, int], tuple[int, list[Component]]] = {}
+        self._published: list[Component] = []
 
     def __enter__(self) -> Self:
         return self.start()
@@ -147,17 +149,38 @@ class PxeNetwork:
             self._ns_relay.stop()
             self._ns_relay = None
 
-    def forward_http_to(self, port: int) -> None:
-        """Relay the guests' HTTP connections to 127.0.0.1:`port` from now on (replacing any earlier one)."""
+    def forward_http_to(self, port: int, host: str = "127.0.0.1", via: Sequence[str] = ()) -> None:
+        """Relay the guests' HTTP connections to `host`:`port` from now on (replacing any earlier one),
+        connecting from the host, or from wherever the argv prefix `via` runs the relay (another
+        namespace: a management node's boot Service)."""
         self._stop_host_relay()
         self._start_ns_relay()
         self.http_socket.unlink(missing_ok=True)
-        argv = [sys.executable, "-m", "capfleet_e2e.baremetal.relay"]
+        argv = [*via, sys.executable, "-m", "capfleet_e2e.baremetal.relay"]
         relay = Component(
-            "relay-host", [*argv, f"unix:{self.http_socket}", f"tcp:127.0.0.1:{port}"], self.log_dir
+            "relay-host", [*argv, f"unix:{self.http_socket}", f"tcp:{host}:{port}"], self.log_dir
         )
         self._host_relay = relay
         wait_for("the host HTTP relay", lambda: _listening(relay), START_TIMEOUT, [relay])
+
+    def publish(self, lab_port: int, port: int) -> str:
+        """The host's 127.0.0.1:`port` at `lab_port` of the lab's address (not HTTP_PORT), for as long as
+        the network lives; returns its URL base, e.g. a file server's."""
+        socket_path = self.root / f"publish-{lab_port}.sock"
+        argv = [sys.executable, "-m", "capfleet_e2e.baremetal.relay"]
+        inside = Component(
+            f"relay-pxe-{lab_port}",
+            self.exec_argv([*argv, f"tcp:{self.address}:{lab_port}", f"unix:{socket_path}"]),
+            self.log_dir,
+        )
+        self._published.append(inside)
+        wait_for(f"the relay at port {lab_port}", lambda: _listening(inside), START_TIMEOUT, [inside])
+        outside = Component(
+            f"relay-host-{lab_port}", [*argv, f"unix:{socket_path}", f"tcp:127.0.0.1:{port}"], self.log_dir
+        )
+        self._published.append(outside)
+        wait_for(f"the host relay of port {lab_port}", lambda: _listening(outside), START_TIMEOUT, [outside])
+        return f"http://{self.address}:{lab_port}"
 
     def serve_boot_front(self, tls: bool = False) -> BootFront:
         """Serve the guests' HTTP with a boot front (`baremetal_provision.front`) from now on, in place of
@@ -235,6 +258,9 @@ class PxeNetwork:
             for relay in relays:
                 relay.stop()
         self._exposed.clear()
+        for relay in self._published:
+            relay.stop()
+        self._published.clear()
         self._stop_ns_relay()
         if self._created:
             with contextlib.suppress(subprocess.CalledProcessError):

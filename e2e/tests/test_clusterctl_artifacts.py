@@ -93,6 +93,7 @@ def test_the_two_providers_split_the_all_in_one_overlay_with_nothing_lost_or_sha
     None
 ):
     overlay = documents(build(repo_root() / "deploy" / "overlays" / "all-in-one"))
+    overlay += documents(build(repo_root() / "deploy" / "overlays" / "console"))
 
     def key(o: dict[str, Any]) -> tuple[str, str, str]:
         return (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"])
@@ -118,7 +119,7 @@ def test_components_have_one_namespace_the_provider_label_and_manager_containers
     ]
     assert unlabelled == []
     deployments = [o for o in objects if o["kind"] == "Deployment"]
-    assert len(deployments) == len(provider.operators)
+    assert len(deployments) == len(provider.images)
     for deployment in deployments:
         containers = deployment["spec"]["template"]["spec"]["containers"]
         assert containers[0]["name"] == CONTAINER, deployment["metadata"]["name"]
@@ -416,7 +417,7 @@ def test_components_with_defaults_pass_server_side_dry_run(
         if o["kind"] == "Deployment"
         for c in o["spec"]["template"]["spec"]["containers"]
     }
-    assert images == {f"docker.io/capfleet/{op}:v{VERSION}" for op in provider.operators}
+    assert images == {f"docker.io/capfleet/{image}:v{VERSION}" for image in provider.images}
     output = dry_run_apply(fleet_base, rendered)
     first = provider.operators[0]
     assert f"deployment.apps/capfleet-{first}-manager serverside-applied (server dry run)" in output

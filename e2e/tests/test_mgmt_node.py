@@ -4,10 +4,10 @@ as pods, a hybrid cluster provisioned by them through an upgrade and a downgrade
 The release comes from `make release` in the same run (the `capfleet_release` fixture); the management
 cluster (capfleet_e2e.mgmtcluster) has a node that loads the release's image archives into containerd and
 never pulls. `clusterctl init --infrastructure capfleet --ipam capfleet` installs the two providers from
-the release directory, and every Deployment must become Available: the pods start as their non-root user
-on a read-only root file system from the digest-pinned images, pass their probes, reach the API server
-with their own ServiceAccount tokens through the `kubernetes` Service, and elect a leader per operator
-through its Lease.
+the release directory, and every Deployment (the five operators' and the console's) must become
+Available: the pods start as their non-root user on a read-only root file system from the digest-pinned
+images, pass their probes, reach the API server with their own ServiceAccount tokens through the
+`kubernetes` Service, and elect a leader per operator through its Lease.
 
 Then a hybrid cluster (capfleet_e2e.podfleet: the pods reach the hypervisor, NetBox and the BMC through
 the node's gateway, the lab's servers reach the `boot` Service) is provisioned while ipam-address alone
@@ -35,7 +35,7 @@ from capfleet_e2e.baremetal.lab import PxeLab
 from capfleet_e2e.baremetal.servers import BareMetalServer
 from capfleet_e2e.capibin import CAPI_VERSION
 from capfleet_e2e.clusterctl_components import INFRASTRUCTURE, IPAM
-from capfleet_e2e.images import OPERATORS, OciArchive
+from capfleet_e2e.images import IMAGES, OPERATORS, OciArchive
 from capfleet_e2e.kubebin import Kubectl
 from capfleet_e2e.kustomize import copy_deploy_tree, set_image
 from capfleet_e2e.libvirt.hypervisor import Hypervisor
@@ -62,6 +62,11 @@ IDLE_POD_MIB = 150.0
 def mgmt(capfleet_release: Release) -> Iterator[ManagementCluster]:
     with ManagementCluster(capfleet_release) as cluster:
         yield cluster
+
+
+def image_of(pod: dict[str, Any]) -> str:
+    """Which of capfleet's images a pod of capfleet-system runs, by its name."""
+    return next(i for i in IMAGES if pod["metadata"]["name"].startswith(f"capfleet-{i}-"))
 
 
 def get(kubectl: Kubectl, *args: str) -> dict[str, Any]:
@@ -98,11 +103,11 @@ async def test_clusterctl_init_installs_the_release_and_the_fleet_runs_as_pods(
     }
     tag = capfleet_release.tag
     pinned = {
-        op: f"docker.io/capfleet/{op}:{tag}@{OciArchive(capfleet_release.archive(op)).digest}"
-        for op in OPERATORS
+        image: f"docker.io/capfleet/{image}:{tag}@{OciArchive(capfleet_release.archive(image)).digest}"
+        for image in IMAGES
     }
     installed = deployments(kubectl)
-    assert set(installed) == {f"capfleet-{op}-manager" for op in OPERATORS}
+    assert set(installed) == {f"capfleet-{image}-manager" for image in IMAGES}, "five operators, the console"
     assert all(available(d) for d in installed.values()), "clusterctl's --wait-providers waited for them"
     for name, deployment in installed.items():
         provider = IPAM if name == "capfleet-ipam-address-manager" else INFRASTRUCTURE
@@ -110,11 +115,10 @@ async def test_clusterctl_init_installs_the_release_and_the_fleet_runs_as_pods(
         assert deployment["metadata"]["labels"]["clusterctl.cluster.x-k8s.io"] == ""
 
     pods = get(kubectl, "pods", "-n", NAMESPACE)["items"]
-    assert len(pods) == 2 * len(OPERATORS), "two replicas each"
+    assert len(pods) == 2 * len(OPERATORS) + 1, "two replicas of each operator, one console"
     for pod in pods:
         assert pod["spec"]["nodeName"] == mgmt.node.name
-        operator = next(op for op in OPERATORS if pod["metadata"]["name"].startswith(f"capfleet-{op}-"))
-        assert {c["image"] for c in pod["spec"]["containers"]} == {pinned[operator]}
+        assert {c["image"] for c in pod["spec"]["containers"]} == {pinned[image_of(pod)]}
         for container in pod["status"]["containerStatuses"]:
             assert container["ready"], (pod["metadata"]["name"], container["name"])
             assert container["restartCount"] == 0, (pod["metadata"]["name"], container["name"])
@@ -166,7 +170,9 @@ async def test_clusterctl_init_installs_the_release_and_the_fleet_runs_as_pods(
 
     # Each operator says which release it runs (the image's CAPFLEET_VERSION) in its first log line.
     for pod in pods:
-        operator = next(op for op in OPERATORS if pod["metadata"]["name"].startswith(f"capfleet-{op}-"))
+        operator = image_of(pod)
+        if operator not in OPERATORS:
+            continue
         log = mgmt.node.container_log(pod, "manager")
         assert f"{operator} {capfleet_release.version} starting" in log, log[:2000]
 

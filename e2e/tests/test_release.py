@@ -89,7 +89,7 @@ def test_every_image_is_pinned_to_the_digest_of_the_archive_beside_it(
 ) -> None:
     text = capfleet_release.components(provider).read_text()
     expected = set()
-    for operator in provider.operators:
+    for operator in provider.images:
         archive = OciArchive(capfleet_release.archive(operator))
         assert archive.name == reference(operator, capfleet_release.tag)
         expected.add(
@@ -109,7 +109,7 @@ def test_clusterctl_renders_both_providers_from_dist_with_no_variable_left(capfl
         )
         assert "${" not in rendered
         pinned = images_of(rendered)
-        assert len(pinned) == len(provider.operators)
+        assert len(pinned) == len(provider.images)
         assert all(
             re.fullmatch(r"docker\.io/capfleet/[a-z-]+:v[\w.-]+@sha256:[0-9a-f]{64}", i) for i in pinned
         )

@@ -7,8 +7,8 @@ provider, so that `clusterctl init --ipam capfleet` installs and `clusterctl upg
 on its own:
 
 - `infrastructure-capfleet` (infrastructure-components.yaml): netbox-device, libvirt-vm,
-  baremetal-provision, capi-machine-glue, every CRD but the IPAM group's, and what the fleet shares
-  (deploy/base's metrics reader and admission policies);
+  baremetal-provision, capi-machine-glue, the console (deploy/overlays/console), every CRD but the IPAM
+  group's, and what the fleet shares (deploy/base's metrics reader and admission policies);
 - `ipam-capfleet` (ipam-components.yaml): ipam-address and the ipam.capfleet.dev CRDs.
 
 Each holds exactly one Namespace (capfleet-system, shared; clusterctl moves everything into
@@ -38,9 +38,11 @@ from capfleet_e2e.kustomize import build, documents
 
 OUTPUT_DIR = Path("deploy") / "clusterctl"
 OVERLAY = Path("deploy") / "overlays" / "all-in-one"
+CONSOLE_OVERLAY = Path("deploy") / "overlays" / "console"
 PROVIDER_LABEL_KEY = "cluster.x-k8s.io/provider"
 CONTAINER = "manager"
 OPERATORS = ("ipam-address", "netbox-device", "libvirt-vm", "baremetal-provision", "capi-machine-glue")
+CONSOLE = "console"
 DEFAULT_TAG = f"v{VERSION}"
 IPAM_GROUP = "ipam.capfleet.dev"
 
@@ -55,6 +57,13 @@ class Provider:
     """The clusterctl.yaml `providers:` type."""
     file: str
     operators: tuple[str, ...]
+    console: bool = False
+    """Whether the provider also installs the console (a Deployment, not an operator)."""
+
+    @property
+    def images(self) -> tuple[str, ...]:
+        """The images its Deployments run: its operators', and the console's."""
+        return (*self.operators, *((CONSOLE,) if self.console else ()))
 
 
 INFRASTRUCTURE = Provider(
@@ -62,6 +71,7 @@ INFRASTRUCTURE = Provider(
     "InfrastructureProvider",
     "infrastructure-components.yaml",
     ("netbox-device", "libvirt-vm", "baremetal-provision", "capi-machine-glue"),
+    console=True,
 )
 IPAM = Provider("ipam-capfleet", "IPAMProvider", "ipam-components.yaml", ("ipam-address",))
 PROVIDERS = (INFRASTRUCTURE, IPAM)
@@ -82,8 +92,8 @@ VARIABLES: dict[str, tuple[str, str]] = {
     ),
     "CAPFLEET_IMAGE_TAG": (DEFAULT_TAG, "image tag of every operator without its own tag variable set"),
     **{
-        tag_variable(op): ("CAPFLEET_IMAGE_TAG's value", f"image tag of {op} alone (upgrade one operator)")
-        for op in OPERATORS
+        tag_variable(op): ("CAPFLEET_IMAGE_TAG's value", f"image tag of {op} alone (upgrade one image)")
+        for op in (*OPERATORS, CONSOLE)
     },
     "CAPFLEET_LOG_FORMAT": ("json", "log format of every operator: json or plain"),
     "CAPFLEET_VERBOSE": ("false", "debug logging of every operator: true or false"),
@@ -132,7 +142,7 @@ def image(operator: str, pin: Pin | None = None) -> str:
 
 def _operator_of(deployment: dict[str, Any]) -> str:
     name: str = deployment["metadata"]["name"]
-    for operator in OPERATORS:
+    for operator in (*OPERATORS, CONSOLE):
         if name == f"capfleet-{operator}-manager":
             return operator
     raise ValueError(f"Deployment {name} belongs to no known operator")
@@ -156,7 +166,7 @@ def owner(obj: dict[str, Any]) -> Provider | None:
         return IPAM if obj["spec"]["group"] == IPAM_GROUP else INFRASTRUCTURE
     name: str = obj["metadata"]["name"]
     for provider in PROVIDERS:
-        if any(name.startswith(f"capfleet-{op}-") for op in provider.operators):
+        if any(name.startswith(f"capfleet-{op}-") for op in provider.images):
             return provider
     return INFRASTRUCTURE  # what the fleet shares: deploy/base's objects
 
@@ -184,6 +194,9 @@ def components(
             for other in containers:  # baremetal-provision's boot front runs the operator's image too
                 if other["image"] == own:
                     other["image"] = image(operator, None if pins is None else pins[operator])
+            if operator == CONSOLE:  # its own settings: no operator flags
+                result.append(obj)
+                continue
             container = containers[0]
             container["args"] = _container_args(container)
             _set_env(
@@ -217,6 +230,11 @@ def header(provider: Provider, body: str, release: str | None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def overlay_objects(root: Path) -> list[dict[str, Any]]:
+    """What the providers ship: the all-in-one overlay's objects and the console overlay's."""
+    return documents(build(root / OVERLAY)) + documents(build(root / CONSOLE_OVERLAY))
+
+
 def render(
     provider: Provider = INFRASTRUCTURE,
     root: Path | None = None,
@@ -225,7 +243,7 @@ def render(
 ) -> str:
     """One provider's components file: generated (variables for every image) or, with `pins`, a release's."""
     root = root or repo_root()
-    objects = components(documents(build(root / OVERLAY)), provider, pins)
+    objects = components(overlay_objects(root), provider, pins)
     body = "---\n".join(
         yaml.dump(o, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1_000_000)
         for o in objects

@@ -38,7 +38,7 @@ from typing import Any
 import yaml
 
 from capfleet_e2e.clusterctl_components import INFRASTRUCTURE, OUTPUT_DIR, PROVIDERS, Pin, Provider, render
-from capfleet_e2e.images import IMAGES, OPERATORS, OciArchive, ensure_images
+from capfleet_e2e.images import IMAGES, OciArchive, ensure_images
 from capfleet_e2e.kubebin import repo_root
 
 TEMPLATES = ("cluster-template.yaml", "cluster-template-vm.yaml", "cluster-template-baremetal.yaml")
@@ -99,12 +99,12 @@ def metadata(version: str, root: Path) -> str:
     return text
 
 
-def pins(archives: Mapping[str, Path], images: Sequence[str] = OPERATORS) -> dict[str, Pin]:
-    """Operator → its released image: the tag its archive names and its manifest's digest."""
+def pins(archives: Mapping[str, Path], images: Sequence[str] = IMAGES) -> dict[str, Pin]:
+    """Image → its release: the tag its archive names and its manifest's digest."""
     result = {}
-    for operator in (i for i in images if i in OPERATORS):
-        archive = OciArchive(archives[operator])
-        result[operator] = Pin(archive.name.rsplit(":", 1)[1], archive.digest)
+    for image in images:
+        archive = OciArchive(archives[image])
+        result[image] = Pin(archive.name.rsplit(":", 1)[1], archive.digest)
     return result
 
 
@@ -192,10 +192,9 @@ def clusterctl_config(dist: Path, version: str, providers: Sequence[Provider] = 
 
 
 def released_images(providers: Sequence[Provider]) -> tuple[str, ...]:
-    """The images a release of `providers` ships: their operators', and the console with the
-    infrastructure provider."""
-    operators = {op for provider in providers for op in provider.operators}
-    return tuple(i for i in IMAGES if i in operators or (i == "console" and INFRASTRUCTURE in providers))
+    """The images a release of `providers` ships, in IMAGES' order."""
+    shipped = {image for provider in providers for image in provider.images}
+    return tuple(i for i in IMAGES if i in shipped)
 
 
 def write(

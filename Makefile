@@ -6,7 +6,7 @@ UV := uv run --frozen
 PYTEST_ARGS ?= --durations=25
 
 .PHONY: setup demo test lint typecheck crds crds-check clusterctl-components clusterctl-components-check \
-	images release unit integration bench-ipam bench-fleet bench-console clean node-image deploy-ramdisk test-full
+	images release docs unit integration bench-ipam bench-fleet bench-console clean node-image deploy-ramdisk test-full
 
 setup:
 	bash hack/setup.sh
@@ -26,12 +26,17 @@ demo: setup
 ## test: lint, type checks, generated-file checks (CRDs, clusterctl components), then every test but the
 ## slowest (marker `full`: the real-node suites, a three-node control plane with a rolling update,
 ## MachineHealthCheck remediation, bare-metal workers, a bare-metal server booting the node image from disk).
-test: setup lint crds-check clusterctl-components-check
+test: setup lint crds-check clusterctl-components-check docs
 	$(UV) pytest -m "not full" $(PYTEST_ARGS)
 
 ## test-full: everything `make test` runs, plus the suites marked `full` (about an hour more without KVM).
-test-full: setup lint crds-check clusterctl-components-check
+test-full: setup lint crds-check clusterctl-components-check docs
 	$(UV) pytest $(PYTEST_ARGS)
+
+## docs: the book (docs/) with MkDocs into _site/, strict: a broken link, anchor or page left out of the
+## navigation fails the build.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(UV) mkdocs build --strict --quiet
 
 lint:
 	$(UV) ruff check .

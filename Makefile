@@ -5,9 +5,16 @@ UV := uv run --frozen
 # The slowest tests are listed at the end of every run: what to trim when a run nears CI's budget.
 PYTEST_ARGS ?= --durations=25
 
-.PHONY: setup demo test lint typecheck crds crds-check clusterctl-components clusterctl-components-check \
+.PHONY: help setup demo test lint typecheck crds crds-check clusterctl-components clusterctl-components-check \
 	images release docs unit integration bench-ipam bench-fleet bench-console clean node-image deploy-ramdisk test-full
 
+## help: this list (every target documented with a `## target:` comment above it).
+help:
+	@awk '/^## [a-z-]+:/ { sub(/^## /, ""); split($$0, part, ": "); printf "  %-28s %s\n", part[1], substr($$0, length(part[1]) + 3); next } \
+	  /^## / { sub(/^## /, ""); printf "  %-28s %s\n", "", $$0 }' $(MAKEFILE_LIST)
+
+## setup: what every other target needs on a fresh Debian machine, as root: packages, uv, the workspace,
+## the Kubernetes and Cluster API binaries (hack/setup.sh; cached in ~/.cache/capfleet).
 setup:
 	bash hack/setup.sh
 
@@ -38,12 +45,16 @@ test-full: setup lint crds-check clusterctl-components-check docs
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(UV) mkdocs build --strict --quiet
 
-lint:
+## lint: ruff, mypy --strict (per workspace member) and import-linter's contracts.
+lint: typecheck
 	$(UV) ruff check .
 	$(UV) ruff format --check .
-	# One mypy run per member: test modules of different members may share a file name.
-	for member in shared e2e console operators/*/; do $(UV) mypy $$member/src $$member/tests; done
 	$(UV) lint-imports
+
+## typecheck: mypy --strict alone, one run per workspace member (test modules of different members may
+## share a file name).
+typecheck:
+	for member in shared e2e console operators/*/; do $(UV) mypy $$member/src $$member/tests; done
 
 crds:
 	$(UV) python -m capfleet.crdgen generate crds

@@ -88,9 +88,14 @@ release: setup
 	@test -n "$(VERSION)" || { echo "make release: set VERSION=x.y.z" >&2; exit 2; }
 	$(UV) python -m capfleet_e2e.release --version $(VERSION) $(if $(DIST),--dist $(DIST))
 
-unit: setup
+## unit: the tests that need no lab (marker `not integration`): only uv and the Python workspace, no
+## Debian packages; a test that renders manifests builds kustomize from Go modules on first use.
+unit:
+	command -v uv >/dev/null || python3 -m pip install --quiet uv
+	uv sync --frozen --quiet
 	$(UV) pytest -m "not integration" $(PYTEST_ARGS)
 
+## integration: the integration tests but the slowest (what `make test` runs after `make unit`'s).
 integration: setup
 	$(UV) pytest -m "integration and not full" $(PYTEST_ARGS)
 

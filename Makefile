@@ -5,9 +5,16 @@ UV := uv run --frozen
 # The slowest tests are listed at the end of every run: what to trim when a run nears CI's budget.
 PYTEST_ARGS ?= --durations=25
 
-.PHONY: setup demo test lint typecheck crds crds-check clusterctl-components clusterctl-components-check \
-	images release unit integration bench-ipam bench-fleet bench-console clean node-image deploy-ramdisk test-full
+.PHONY: help setup demo test lint typecheck crds crds-check clusterctl-components clusterctl-components-check \
+	images release docs unit integration bench-ipam bench-fleet bench-console clean node-image deploy-ramdisk test-full
 
+## help: this list (every target documented with a `## target:` comment above it).
+help:
+	@awk '/^## [a-z-]+:/ { sub(/^## /, ""); split($$0, part, ": "); printf "  %-28s %s\n", part[1], substr($$0, length(part[1]) + 3); next } \
+	  /^## / { sub(/^## /, ""); printf "  %-28s %s\n", "", $$0 }' $(MAKEFILE_LIST)
+
+## setup: what every other target needs on a fresh Debian machine, as root: packages, uv, the workspace,
+## the Kubernetes and Cluster API binaries (hack/setup.sh; cached in ~/.cache/capfleet).
 setup:
 	bash hack/setup.sh
 
@@ -26,19 +33,28 @@ demo: setup
 ## test: lint, type checks, generated-file checks (CRDs, clusterctl components), then every test but the
 ## slowest (marker `full`: the real-node suites, a three-node control plane with a rolling update,
 ## MachineHealthCheck remediation, bare-metal workers, a bare-metal server booting the node image from disk).
-test: setup lint crds-check clusterctl-components-check
+test: setup lint crds-check clusterctl-components-check docs
 	$(UV) pytest -m "not full" $(PYTEST_ARGS)
 
 ## test-full: everything `make test` runs, plus the suites marked `full` (about an hour more without KVM).
-test-full: setup lint crds-check clusterctl-components-check
+test-full: setup lint crds-check clusterctl-components-check docs
 	$(UV) pytest $(PYTEST_ARGS)
 
-lint:
+## docs: the book (docs/) with MkDocs into _site/, strict: a broken link, anchor or page left out of the
+## navigation fails the build.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(UV) mkdocs build --strict --quiet
+
+## lint: ruff, mypy --strict (per workspace member) and import-linter's contracts.
+lint: typecheck
 	$(UV) ruff check .
 	$(UV) ruff format --check .
-	# One mypy run per member: test modules of different members may share a file name.
-	for member in shared e2e console operators/*/; do $(UV) mypy $$member/src $$member/tests; done
 	$(UV) lint-imports
+
+## typecheck: mypy --strict alone, one run per workspace member (test modules of different members may
+## share a file name).
+typecheck:
+	for member in shared e2e console operators/*/; do $(UV) mypy $$member/src $$member/tests; done
 
 crds:
 	$(UV) python -m capfleet.crdgen generate crds
@@ -72,9 +88,14 @@ release: setup
 	@test -n "$(VERSION)" || { echo "make release: set VERSION=x.y.z" >&2; exit 2; }
 	$(UV) python -m capfleet_e2e.release --version $(VERSION) $(if $(DIST),--dist $(DIST))
 
-unit: setup
+## unit: the tests that need no lab (marker `not integration`): only uv and the Python workspace, no
+## Debian packages; a test that renders manifests builds kustomize from Go modules on first use.
+unit:
+	command -v uv >/dev/null || python3 -m pip install --quiet uv
+	uv sync --frozen --quiet
 	$(UV) pytest -m "not integration" $(PYTEST_ARGS)
 
+## integration: the integration tests but the slowest (what `make test` runs after `make unit`'s).
 integration: setup
 	$(UV) pytest -m "integration and not full" $(PYTEST_ARGS)
 

@@ -262,3 +262,34 @@ def test_server_problems_are_named() -> None:
     with pytest.raises(errors.InvalidSpec, match="no interface eno2 with a MAC") as raised:
         specs.instance_spec(unknown, cluster(), FACTS, DEVICE, {})
     assert raised.value.reason == "UnknownInterface"
+
+
+@pytest.mark.parametrize(
+    ("recorded", "template", "expected"),
+    [
+        # A full URL in NetBox, as `capfleet netbox-setup` documents the field, is used as it is.
+        (
+            "redfish+https://10.1.0.7/redfish/v1/Systems/abc",
+            "redfish+https://{address}/redfish/v1/Systems/1",
+            "redfish+https://10.1.0.7/redfish/v1/Systems/abc",
+        ),
+        ("ipmi://10.1.0.7:623", "redfish+https://{address}/redfish/v1/Systems/1", "ipmi://10.1.0.7:623"),
+        # A bare address (or an out-of-band IP) goes through the cluster's template.
+        (
+            "10.1.0.7",
+            "redfish+https://{address}/redfish/v1/Systems/1",
+            "redfish+https://10.1.0.7/redfish/v1/Systems/1",
+        ),
+        ("10.1.0.7", "ipmi://{address}", "ipmi://10.1.0.7"),
+        (
+            "redfish+https://10.1.0.7/redfish/v1/Systems/abc",
+            None,
+            "redfish+https://10.1.0.7/redfish/v1/Systems/abc",
+        ),
+    ],
+)
+def test_a_bmc_url_in_netbox_is_used_as_is_and_a_bare_address_fills_the_template(
+    recorded: str, template: str | None, expected: str
+) -> None:
+    device = NetboxDeviceStatus.model_validate({"name": "srv-1", "serial": "S1", "bmcAddress": recorded})
+    assert specs.bmc_url(template, device) == expected

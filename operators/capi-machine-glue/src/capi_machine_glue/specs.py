@@ -361,14 +361,16 @@ def boot_interface(spec: HybridMachineSpec, device: NetboxDeviceStatus) -> Devic
 
 
 def bmc_url(template: str | None, device: NetboxDeviceStatus) -> str:
-    """The BMC URL of a claimed device: NetBox's value as is, or filled into the cluster's template."""
+    """The BMC URL of a claimed device: NetBox's value as is when it already is a URL (what
+    `capfleet netbox-setup` documents for the bmc_address field), else the bare address filled into the
+    cluster's template."""
     address = device.bmc_address
     if not address:
         raise errors.InvalidSpec(
             f"NetBox device {device.name} has no BMC address (custom field bmc_address or out-of-band IP)",
             reason="NoBMCAddress",
         )
-    if template is None:
+    if template is None or "://" in address:
         return address
     return (
         template.replace("{address}", address)

@@ -83,9 +83,10 @@ class ClusterBaremetal(Model):
     bmc_address_template: str | None = Field(
         default=None,
         max_length=512,
-        description="Turns a device's BMC address from NetBox into a BMC URL: {address}, {name} and {serial}"
-        " are replaced, e.g. redfish+https://{address}/redfish/v1/Systems/1. Without it the NetBox value"
-        " must already be a BMC URL.",
+        description="Turns a device's bare BMC address from NetBox (a host or an out-of-band IP) into a BMC"
+        " URL: {address}, {name} and {serial} are replaced, e.g."
+        " redfish+https://{address}/redfish/v1/Systems/1. A NetBox value that already is a URL"
+        " (scheme://...) is used as it is; without a template every value must be one.",
     )
     bmc_address_cidrs: BMCNetworks = Field(
         alias="bmcAddressCIDRs",

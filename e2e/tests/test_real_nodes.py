@@ -22,7 +22,8 @@ from capfleet_e2e.nodesite import NodeSite
 from capfleet_e2e.waiting import eventually
 
 # In `make test-full` for now: on the current CI machine (two cores, TCG) the control plane has not yet
-# stayed up through a worker's join (docs/development/tests.md), and the suite would not fit CI's budget beside the rest.
+# stayed up through a worker's join (docs/development/tests.md), and the suite would not fit CI's budget
+# beside the rest.
 pytestmark = [pytest.mark.integration, pytest.mark.full, pytest.mark.timeout(3600)]
 
 WORKER_POD = "capfleet-drain-probe"

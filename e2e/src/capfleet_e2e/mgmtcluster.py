@@ -38,6 +38,7 @@ from capfleet_e2e.crds import apply_crds, capi_module_dir
 from capfleet_e2e.kubebin import Kubectl
 from capfleet_e2e.mgmtnode import ManagementNode
 from capfleet_e2e.release import Release
+from capfleet_e2e.release import clusterctl_config as release_config
 
 INIT_TIMEOUT = 600.0
 
@@ -96,10 +97,7 @@ def clusterctl_config(release: Release, repository: Path) -> dict[str, Any]:
         shutil.copyfile(capi_module_dir(CAPI_VERSION) / "metadata.yaml", directory / "metadata.yaml")
         entries.append({"name": name, "type": kind, "url": f"file://{directory / components}"})
     add_to_repository(repository, release)
-    for provider in PROVIDERS:
-        path = repository / provider.name / release.tag / provider.file
-        entries.append({"name": "capfleet", "type": provider.type, "url": f"file://{path}"})
-    return {"providers": entries}
+    return {"providers": [*entries, *release_config(repository, release.version)["providers"]]}
 
 
 class ManagementCluster:

@@ -37,6 +37,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Self
 
+from capfleet_e2e.baremetal.netns import relay_listening
 from capfleet_e2e.baremetal.relay import __file__ as _relay_file
 from capfleet_e2e.controlplane import SERVICE_CIDR, ControlPlane
 from capfleet_e2e.images import OciArchive
@@ -370,14 +371,9 @@ class ManagementNode:
         host = self._start(
             f"relay-host-{port}", [*relay, f"unix:{sock}", f"tcp:127.0.0.1:{port}"], netns=False
         )
-        wait_for(f"the relay socket to port {port}", lambda: True if sock.exists() else None, 20, [host])
+        wait_for(f"the relay socket to port {port}", lambda: relay_listening(host), 20, [host])
         ns = self._start(f"relay-node-{port}", [*relay, f"tcp:{listen}:{port}", f"unix:{sock}"])
-        wait_for(
-            f"the relay to port {port} in the node",
-            lambda: True if "listening" in ns.log_path.read_text() else None,
-            20,
-            [ns],
-        )
+        wait_for(f"the relay to port {port} in the node", lambda: relay_listening(ns), 20, [ns])
         return self.gateway
 
     def _relay_api(self) -> None:

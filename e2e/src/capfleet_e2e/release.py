@@ -146,12 +146,10 @@ def sbom(image: str, archive: OciArchive, root: Path, created: str) -> dict[str,
         f"?repository_url={repository.rsplit('/', 1)[0]}&tag={tag}",
     }
     bom["components"] = [project, *bom.get("components", [])]
-    for dependency in bom.get("dependencies", []):
-        if dependency.get("ref") == project["bom-ref"]:
-            break
-    else:
-        bom.setdefault("dependencies", []).append({"ref": project["bom-ref"], "dependsOn": []})
-    bom["dependencies"].append({"ref": f"{repository}@{digest}", "dependsOn": [project["bom-ref"]]})
+    dependencies = bom.setdefault("dependencies", [])
+    if not any(d.get("ref") == project["bom-ref"] for d in dependencies):
+        dependencies.append({"ref": project["bom-ref"], "dependsOn": []})
+    dependencies.append({"ref": f"{repository}@{digest}", "dependsOn": [project["bom-ref"]]})
     return bom
 
 

@@ -32,7 +32,6 @@ from capfleet_e2e.controlplane import ControlPlane
 from capfleet_e2e.libvirt.bootdisk import boot_disk
 from capfleet_e2e.libvirt.hypervisor import Hypervisor, upload_volume
 from capfleet_e2e.libvirt.image import TestImage
-from capfleet_e2e.libvirt.sshd import known_hosts_name
 from capfleet_e2e.namespaces import delete_namespace
 from capfleet_e2e.netbox.fixtures import NetboxInstance
 from capfleet_e2e.waiting import eventually
@@ -172,11 +171,7 @@ async def register_hypervisor(
     host = reach(hv.sshd.port)
     keys = {
         "ssh-privatekey": hv.sshd.client_private_key,
-        "known_hosts": (
-            f"{known_hosts_name(host, hv.sshd.port)} {hv.sshd.host_public_key}\n"
-            if known_hosts is None
-            else known_hosts
-        ),
+        "known_hosts": hv.sshd.known_hosts_as(host) if known_hosts is None else known_hosts,
     }
     await kube.create(resources.SECRETS, secret(name, keys), secret_namespace)
     ref = {"name": name, "namespace": secret_namespace}

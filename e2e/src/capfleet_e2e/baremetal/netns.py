@@ -40,7 +40,8 @@ HTTP_PORT = 8080
 START_TIMEOUT = 20.0
 
 
-def _listening(relay: Component) -> bool | None:
+def relay_listening(relay: Component) -> bool | None:
+    """Whether a relay (relay.py) has said it listens: what to wait for before using it."""
     return True if "relay: listening" in relay.log_path.read_text(errors="replace") else None
 
 
@@ -142,7 +143,7 @@ class PxeNetwork:
             "relay-pxe", self.exec_argv([*argv, listen, f"unix:{self.http_socket}"]), self.log_dir
         )
         relay = self._ns_relay
-        wait_for("the PXE network's HTTP relay", lambda: _listening(relay), START_TIMEOUT, [relay])
+        wait_for("the PXE network's HTTP relay", lambda: relay_listening(relay), START_TIMEOUT, [relay])
 
     def _stop_ns_relay(self) -> None:
         if self._ns_relay is not None:
@@ -161,7 +162,7 @@ class PxeNetwork:
             "relay-host", [*argv, f"unix:{self.http_socket}", f"tcp:{host}:{port}"], self.log_dir
         )
         self._host_relay = relay
-        wait_for("the host HTTP relay", lambda: _listening(relay), START_TIMEOUT, [relay])
+        wait_for("the host HTTP relay", lambda: relay_listening(relay), START_TIMEOUT, [relay])
 
     def publish(self, lab_port: int, port: int) -> str:
         """The host's 127.0.0.1:`port` at `lab_port` of the lab's address (not HTTP_PORT), for as long as
@@ -174,12 +175,14 @@ class PxeNetwork:
             self.log_dir,
         )
         self._published.append(inside)
-        wait_for(f"the relay at port {lab_port}", lambda: _listening(inside), START_TIMEOUT, [inside])
+        wait_for(f"the relay at port {lab_port}", lambda: relay_listening(inside), START_TIMEOUT, [inside])
         outside = Component(
             f"relay-host-{lab_port}", [*argv, f"unix:{socket_path}", f"tcp:127.0.0.1:{port}"], self.log_dir
         )
         self._published.append(outside)
-        wait_for(f"the host relay of port {lab_port}", lambda: _listening(outside), START_TIMEOUT, [outside])
+        wait_for(
+            f"the host relay of port {lab_port}", lambda: relay_listening(outside), START_TIMEOUT, [outside]
+        )
         return f"http://{self.address}:{lab_port}"
 
     def serve_boot_front(self, tls: bool = False) -> BootFront:
@@ -233,13 +236,13 @@ class PxeNetwork:
         )
         relays = [inside]
         self._exposed[(host, port)] = (loopback, relays)
-        wait_for(f"the relay to {host}:{port}", lambda: _listening(inside), START_TIMEOUT, [inside])
+        wait_for(f"the relay to {host}:{port}", lambda: relay_listening(inside), START_TIMEOUT, [inside])
         outside = Component(
             f"relay-out-{label}", [*argv, f"tcp:127.0.0.1:{loopback}", f"unix:{socket_path}"], self.log_dir
         )
         relays.append(outside)
         wait_for(
-            f"the loopback relay to {host}:{port}", lambda: _listening(outside), START_TIMEOUT, [outside]
+            f"the loopback relay to {host}:{port}", lambda: relay_listening(outside), START_TIMEOUT, [outside]
         )
         return loopback
 

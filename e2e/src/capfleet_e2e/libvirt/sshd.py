@@ -74,7 +74,11 @@ class Sshd:
     @property
     def known_hosts(self) -> str:
         """The known_hosts line for this sshd's host key."""
-        return f"{known_hosts_name(self.host, self.port)} {self.host_public_key}\n"
+        return self.known_hosts_as(self.host)
+
+    def known_hosts_as(self, host: str) -> str:
+        """The known_hosts line for this sshd's host key under another address of it (a relay's)."""
+        return f"{known_hosts_name(host, self.port)} {self.host_public_key}\n"
 
     def _write_files(self, host_private: str) -> None:
         host_key = self.dir / "ssh_host_ed25519_key"

@@ -14,7 +14,9 @@ apt_packages=(
   linux-image-amd64 busybox-static syslinux mtools dosfstools dnsmasq-base iptables
   # Bare-metal servers (e2e/src/capfleet_e2e/baremetal): QEMU's iPXE ROMs network-boot them on a bridge
   # in a test network namespace (iproute2), with DHCP from dnsmasq (dnsmasq-base, above).
-  ipxe-qemu iproute2
+  # deploy/pxe/dnsmasq.conf chain-loads firmware PXE ROMs to Debian's iPXE binaries (ipxe), which the lab
+  # fetches over TFTP with curl.
+  ipxe-qemu ipxe iproute2 curl
   # The node image (e2e/src/capfleet_e2e/nodeimage): a Debian tree from mmdebstrap, made into a disk.
   mmdebstrap
   # The deploy ramdisk (e2e/src/capfleet_e2e/deployramdisk) takes sfdisk, wipefs, mkfs.fat, qemu-img and

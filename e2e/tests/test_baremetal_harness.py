@@ -2,13 +2,15 @@
 run's CA, basic auth) a test server is set to boot from the network once and powered on; QEMU's iPXE ROM
 gets DHCP from the namespace's dnsmasq, fetches `boot.ipxe` and a per-MAC script from a loopback HTTP
 server (relayed into the namespace), boots the network test image, which fetches its NoCloud seed over
-HTTP, calls back and powers off; a wrong password gets 401."""
+HTTP, calls back and powers off; a wrong password gets 401; the TFTP branch of the shipped dnsmasq
+configuration serves the iPXE chain-loaders."""
 
 from __future__ import annotations
 
 import contextlib
 import secrets
 import ssl
+import subprocess
 import threading
 import time
 import urllib.error
@@ -25,6 +27,7 @@ import sushy
 from sushy import auth as sushy_auth
 from sushy import connector as sushy_connector
 
+from capfleet_e2e.baremetal.dnsmasq import IPXE_DIR, TFTP_FILES
 from capfleet_e2e.baremetal.lab import PxeLab
 from capfleet_e2e.baremetal.servers import BareMetalServer
 from capfleet_e2e.libvirt.image import TestImage, seed_from_serial
@@ -186,3 +189,37 @@ def test_wrong_password_is_refused(baremetal_servers: Callable[[int], list[BareM
         redfish(server, password="wrong") as bmc,
     ):
         bmc.get_system(urlsplit(server.redfish_url).path)
+
+
+def test_the_shipped_dnsmasq_configuration_chain_loads_ipxe_over_tftp(pxe_lab: PxeLab) -> None:
+    """The lab's dnsmasq runs deploy/pxe/dnsmasq.conf: it passes dnsmasq's own check, and a firmware PXE
+    ROM's first step, fetching iPXE by TFTP from the DHCP server, gets Debian's binaries byte for byte."""
+    dnsmasq, network = pxe_lab.dnsmasq, pxe_lab.network
+    check = subprocess.run(
+        ["dnsmasq", "--test", f"--conf-file={dnsmasq.config_path}"], capture_output=True, text=True
+    )
+    assert check.returncode == 0, check.stderr
+    for name in TFTP_FILES:
+        fetched = subprocess.run(
+            network.exec_argv(
+                ["curl", "--silent", "--fail", "--max-time", "20", f"tftp://{network.address}/{name}"]
+            ),
+            capture_output=True,
+            check=True,
+        ).stdout
+        assert fetched == (IPXE_DIR / name).read_bytes(), name
+    outside = subprocess.run(
+        network.exec_argv(
+            [
+                "curl",
+                "--silent",
+                "--fail",
+                "--max-time",
+                "20",
+                "--path-as-is",
+                f"tftp://{network.address}/../dnsmasq.conf",
+            ]
+        ),
+        capture_output=True,
+    )
+    assert outside.returncode != 0, "TFTP must serve nothing outside its root"

@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 
-from capfleet_e2e.baremetal.dnsmasq import PxeDnsmasq
+from capfleet_e2e.baremetal.dnsmasq import SHIPPED_CONFIG, PxeDnsmasq, placeholders, render
 from capfleet_e2e.baremetal.netboot import netboot_init
 from capfleet_e2e.baremetal.netns import PxeNetwork
 from capfleet_e2e.baremetal.servers import domain_xml, server_mac
+from capfleet_e2e.kubebin import repo_root
 from capfleet_e2e.processes import Component, free_port, wait_for
 
 
@@ -69,21 +70,34 @@ def test_relay_chain_reaches_loopback_server(tmp_path: Path, http_port: int) -> 
             relay.stop()
 
 
-def test_dnsmasq_arguments_confine_it_to_the_bridge() -> None:
+def test_dnsmasq_runs_the_shipped_configuration_confined_to_the_bridge() -> None:
     network = PxeNetwork(subnet=42, log_dir=Path("/nonexistent"))
     try:
-        argv = PxeDnsmasq(network).argv()
+        dnsmasq = PxeDnsmasq(network)
+        argv, config = dnsmasq.argv(), dnsmasq.config().splitlines()
     finally:
         network.stop()
-    assert "--interface=pxebr0" in argv
-    assert "--bind-interfaces" in argv
-    assert "--port=0" not in argv
+    assert f"--conf-file={dnsmasq.config_path}" in argv
     assert "--host-record=boot.pxe.capfleet.test,172.30.42.1" in argv  # the one name DNS answers
     assert "--no-resolv" in argv  # and nothing else
     assert "--dhcp-option=option:router" in argv  # no default route
-    assert "--dhcp-range=172.30.42.100,172.30.42.200,255.255.255.0,1h" in argv
-    assert "--dhcp-boot=tag:ipxe,http://172.30.42.1:8080/boot.ipxe" in argv
-    assert "--dhcp-match=set:ipxe,175" in argv
+    assert "interface=pxebr0" in config
+    assert "bind-interfaces" in config
+    assert "dhcp-range=172.30.42.100,172.30.42.200,255.255.255.0,1h" in config
+    assert "dhcp-boot=tag:ipxe,http://172.30.42.1:8080/boot.ipxe" in config
+    assert "dhcp-match=set:ipxe,175" in config
+    assert f"tftp-root={dnsmasq.tftp_root}" in config
+
+
+def test_the_shipped_dnsmasq_configuration_needs_every_variable_set() -> None:
+    template = (repo_root() / SHIPPED_CONFIG).read_text()
+    assert placeholders(template) == {
+        "PXE_INTERFACE", "DHCP_RANGE_START", "DHCP_RANGE_END", "DHCP_NETMASK", "DHCP_LEASE_TIME",
+        "BOOT_URL", "TFTP_ROOT", "DHCP_HOSTS_DIR",
+    }  # fmt: skip
+    with pytest.raises(KeyError, match="BOOT_URL"):
+        render(template, dict.fromkeys(placeholders(template) - {"BOOT_URL"}, "x"))
+    assert "${" not in render(template, dict.fromkeys(placeholders(template), "x"))
 
 
 def test_server_domain_network_boots_first() -> None:

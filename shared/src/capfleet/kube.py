@@ -113,13 +113,18 @@ class Kube:
 
     @classmethod
     @asynccontextmanager
-    async def connect(cls, field_manager: str, kubeconfig: str | None = None) -> AsyncIterator[Kube]:
-        """Connect with the in-cluster service account, else the kubeconfig (`KUBECONFIG` by default)."""
+    async def connect(
+        cls, field_manager: str, kubeconfig: str | None = None, *, context: str | None = None
+    ) -> AsyncIterator[Kube]:
+        """Connect with the in-cluster service account, else the kubeconfig (`KUBECONFIG` by default) and
+        its current context, or `context` (naming a context asks for a kubeconfig, even in a pod)."""
         configuration = client.Configuration()
-        if kubeconfig is None and _in_cluster():
+        if kubeconfig is None and context is None and _in_cluster():
             config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         else:
-            await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+            await config.load_kube_config(
+                config_file=kubeconfig, context=context, client_configuration=configuration
+            )
         proxy_from_environment(configuration)
         async with client.ApiClient(configuration=configuration) as api:
             api.user_agent = field_manager

@@ -65,7 +65,7 @@ MOVED = (
     CLUSTERS,
     MACHINES,
     kinds.HYBRID_CLUSTER.resource,
-    kinds.IPPOOL.resource,
+    kinds.HYBRID_IPPOOL.resource,
     resources.IP_ADDRESS_CLAIMS,
     resources.IP_ADDRESSES,
     *(k.resource for k in CAPFLEET_KINDS),
@@ -310,12 +310,12 @@ async def test_clusterctl_move_hands_a_provisioned_hybrid_cluster_over_without_t
         await asyncio.sleep(max(0.0, QUIET_SECONDS - (time.monotonic() - moved_at)))
         after_move = power(pxe_lab, site.servers)
 
-        # Deleting on the target cleans up everything outside Kubernetes. The IPPool is the user's
+        # Deleting on the target cleans up everything outside Kubernetes. The HybridIPPool is the user's
         # (not owned by the Cluster): it stays until deleted, and then goes.
         await delete_cluster(target.kube, ns)
-        assert await left_in(target.kube, ns) == [f"IPPool {CLUSTER}-nodes"]
-        await target.kube.delete(kinds.IPPOOL.resource, f"{CLUSTER}-nodes", ns)
-        assert await eventually("the IPPool to go", lambda: _empty(target.kube, ns), 60)
+        assert await left_in(target.kube, ns) == [f"HybridIPPool {CLUSTER}-nodes"]
+        await target.kube.delete(kinds.HYBRID_IPPOOL.resource, f"{CLUSTER}-nodes", ns)
+        assert await eventually("the HybridIPPool to go", lambda: _empty(target.kube, ns), 60)
         assert domains_of(site.hypervisor, ns) == []
         ours = {s.name for s in site.servers}
         devices = [d for d in site.netbox.client.list_all("dcim/devices/") if d["name"] in ours]

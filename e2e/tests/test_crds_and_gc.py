@@ -55,9 +55,9 @@ async def test_valid_samples_are_accepted_and_defaulted(kube: Kube, namespace: s
         kind.parse(created)  # what the apiserver returns (with defaults) parses back into the model
         if not kind.resource.namespaced:
             await kube.delete(kind.resource, obj["metadata"]["name"])
-    pool_sample = next(s for s in samples.valid_samples() if s["kind"] == "IPPool")
+    pool_sample = next(s for s in samples.valid_samples() if s["kind"] == "HybridIPPool")
     assert "allocateReservedIPAddresses" not in pool_sample["spec"]
-    pool = await kube.get(kinds.IPPOOL.resource, pool_sample["metadata"]["name"], namespace)
+    pool = await kube.get(kinds.HYBRID_IPPOOL.resource, pool_sample["metadata"]["name"], namespace)
     assert pool is not None
     assert pool["spec"]["allocateReservedIPAddresses"] is False, (
         "the CRD's default is applied by the apiserver"

@@ -4,7 +4,7 @@ The management cluster runs Cluster API's real managers and capfleet's glue, ipa
 (each as its own ServiceAccount). The cluster is deploy/clusterctl/cluster-template-vm.yaml, the template
 users render with clusterctl: a control-plane VM and a worker VM boot capfleet's node image under QEMU,
 real cloud-init runs Cluster API's `kubeadm init` and `kubeadm join`, kube-vip holds the API's VIP (from
-an IPPool), and the bridge CNI plugin gives pods a network without any image pull. The management side
+a HybridIPPool), and the bridge CNI plugin gives pods a network without any image pull. The management side
 reaches the workload API only through a loopback relay into the lab network (workload_access.py).
 """
 

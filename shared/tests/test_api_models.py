@@ -52,7 +52,7 @@ def test_invalid_samples_name_their_rule() -> None:
     invalid = samples.invalid_samples()
     assert {i.name for i in invalid} >= {
         "vm and baremetal both set",
-        "bad CIDR in an IPPool",
+        "bad CIDR in a HybridIPPool",
         "missing required field",
         "hypervisorName changed",
     }
@@ -80,7 +80,7 @@ def test_wire_names_keep_their_initialisms() -> None:
     assert "virtualMachineID" in netbox.NetboxVirtualMachineStatus(virtual_machine_id=3).to_wire()
     profile = baremetal.OSProfile(kernel_url="http://a/k", initrd_url="http://a/i").to_wire()
     assert set(profile) == {"kernelURL", "initrdURL", "kernelArgs"}
-    pool = ipam.IPPoolSpec(addresses=["10.0.0.0/24"], prefix=24).to_wire()
+    pool = ipam.HybridIPPoolSpec(addresses=["10.0.0.0/24"], prefix=24).to_wire()
     assert pool["allocateReservedIPAddresses"] is False
     assert "excludedAddresses" in pool
 
@@ -136,7 +136,7 @@ def test_registry_names_every_kind_once() -> None:
     short_names = [name for k in kinds.ALL for name in k.short_names]
     assert len(set(short_names)) == len(short_names)
     assert {k.owner for k in kinds.ALL} == set(kinds.OPERATORS)
-    assert kinds.by_kind("IPPool") is kinds.IPPOOL
+    assert kinds.by_kind("HybridIPPool") is kinds.HYBRID_IPPOOL
     with pytest.raises(KeyError):
         kinds.by_kind("Pod")
 
@@ -151,10 +151,12 @@ def test_registry_entries_match_their_models(kind: kinds.Kind[Any]) -> None:
 
 
 def test_registry_resources_serve_the_kube_client() -> None:
-    assert kinds.IPPOOL.resource == Resource("ipam.capfleet.dev", "v1alpha1", "ippools", "IPPool")
+    assert kinds.HYBRID_IPPOOL.resource == Resource(
+        "ipam.capfleet.dev", "v1alpha1", "hybridippools", "HybridIPPool"
+    )
     assert (
-        kinds.IPPOOL.resource.path("ns", "pool")
-        == "/apis/ipam.capfleet.dev/v1alpha1/namespaces/ns/ippools/pool"
+        kinds.HYBRID_IPPOOL.resource.path("ns", "pool")
+        == "/apis/ipam.capfleet.dev/v1alpha1/namespaces/ns/hybridippools/pool"
     )
     assert (
         kinds.HYPERVISOR.resource.path("ignored", "hv1")

@@ -63,10 +63,10 @@ def test_cel_rules_only_touch_bounded_strings_and_lists(kind: kinds.Kind[Any]) -
         ("HybridMachine", ".spec.network", "default"),
         ("HybridMachineTemplate", ".spec.template.spec", "has(self.vm) != has(self.baremetal)"),
         ("HybridCluster", ".spec", "oldSelf.controlPlaneEndpoint"),
-        ("IPPool", ".spec.addresses[*]", "isCIDR(self)"),
-        ("IPPool", ".spec.excludedAddresses[*]", "self.split('-')"),
-        ("IPPool", ".spec.gateway", "isIP(self)"),
-        ("IPPool", ".spec", "self.prefix <= 32"),
+        ("HybridIPPool", ".spec.addresses[*]", "isCIDR(self)"),
+        ("HybridIPPool", ".spec.excludedAddresses[*]", "self.split('-')"),
+        ("HybridIPPool", ".spec.gateway", "isIP(self)"),
+        ("HybridIPPool", ".spec", "self.prefix <= 32"),
         ("NetboxIPPool", ".spec.prefixes[*]", "has(self.id) != has(self.cidr)"),
         ("NetboxIPPool", ".spec.ipRanges[*]", "has(self.startAddress)"),
         ("NetboxVirtualMachine", ".spec.interfaces[*].addresses[*]", "isCIDR(self)"),
@@ -128,7 +128,7 @@ def test_crd_metadata(kind: kinds.Kind[Any]) -> None:
     assert labels["cluster.x-k8s.io/provider"] == "infrastructure-capfleet"
     assert (labels.get("cluster.x-k8s.io/v1beta2") == "v1alpha1") == kind.capi_contract
     # IP pools are not owned by a Cluster; clusterctl moves them (and their addresses) by this label.
-    moved_whole = kind.kind in {"IPPool", "NetboxIPPool"}
+    moved_whole = kind.kind in {"HybridIPPool", "NetboxIPPool"}
     assert ("clusterctl.cluster.x-k8s.io/move-hierarchy" in labels) == moved_whole
     names = crd["spec"]["names"]
     assert names["listKind"] == f"{resource.kind}List"
@@ -155,7 +155,7 @@ def test_rendering_is_deterministic_and_marked_generated() -> None:
     assert set(first) >= {f"{op}/kustomization.yaml" for op in kinds.OPERATORS}
     kustomization = yaml.safe_load(first["ipam-address/kustomization.yaml"])
     assert kustomization["resources"] == [
-        "ipam.capfleet.dev_ippools.yaml",
+        "ipam.capfleet.dev_hybridippools.yaml",
         "ipam.capfleet.dev_netboxippools.yaml",
     ]
 

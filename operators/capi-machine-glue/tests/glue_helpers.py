@@ -23,7 +23,7 @@ def vm_machine(**extra: Any) -> HybridMachineSpec:
                     "name": "eth0",
                     "bridge": "br0",
                     "default": True,
-                    "ipPoolRefs": [{"apiGroup": "ipam.capfleet.dev", "kind": "IPPool", "name": "v4"}],
+                    "ipPoolRefs": [{"apiGroup": "ipam.capfleet.dev", "kind": "HybridIPPool", "name": "v4"}],
                 },
                 {"name": "eth1", "network": "storage"},
             ]
@@ -40,7 +40,7 @@ def metal_machine(**extra: Any) -> HybridMachineSpec:
             "interfaces": [
                 {
                     "name": "eno1",
-                    "ipPoolRefs": [{"apiGroup": "ipam.capfleet.dev", "kind": "IPPool", "name": "v4"}],
+                    "ipPoolRefs": [{"apiGroup": "ipam.capfleet.dev", "kind": "HybridIPPool", "name": "v4"}],
                 }
             ]
         },

@@ -19,7 +19,7 @@ MACHINES = resources.CAPI_MACHINES
 HYBRID_MACHINES = kinds.HYBRID_MACHINE.resource
 HYBRID_CLUSTERS = kinds.HYBRID_CLUSTER.resource
 CLUSTER_LABEL = "cluster.x-k8s.io/cluster-name"
-POOL = {"apiGroup": kinds.IPAM_GROUP, "kind": "IPPool", "name": "nodes"}
+POOL = {"apiGroup": kinds.IPAM_GROUP, "kind": "HybridIPPool", "name": "nodes"}
 GLUE_ENV = {"CAPFLEET_GLUE_RESYNC_SECONDS": "600"}
 """A resync far longer than any wait in the tests: progress must come from wake-ups, not polling."""
 
@@ -41,12 +41,12 @@ def ready_condition(status: str, reason: str, message: str = "") -> dict[str, An
 
 async def create_pool(kube: Kube, namespace: str) -> None:
     body = {
-        "apiVersion": kinds.IPPOOL.resource.api_version,
-        "kind": "IPPool",
+        "apiVersion": kinds.HYBRID_IPPOOL.resource.api_version,
+        "kind": "HybridIPPool",
         "metadata": {"name": POOL["name"]},
         "spec": {"addresses": ["10.77.0.10-10.77.0.20"], "prefix": 24, "gateway": "10.77.0.1"},
     }
-    await kube.create(kinds.IPPOOL.resource, body, namespace)
+    await kube.create(kinds.HYBRID_IPPOOL.resource, body, namespace)
 
 
 async def create_cluster(kube: Kube, namespace: str, name: str, **hybrid_spec: Any) -> dict[str, Any]:

@@ -107,7 +107,7 @@ def test_a_childs_ready_condition_becomes_the_step_with_its_own_reason_and_messa
 
 
 def test_claims_are_allocated_only_when_every_claim_has_an_address() -> None:
-    pool = {"poolRef": {"apiGroup": "ipam.capfleet.dev", "kind": "IPPool", "name": "v4"}}
+    pool = {"poolRef": {"apiGroup": "ipam.capfleet.dev", "kind": "HybridIPPool", "name": "v4"}}
     bound = {
         "metadata": {"name": "a"},
         "spec": pool,

@@ -24,7 +24,7 @@ from capi_machine_glue.settings import GlueSettings
 from capi_machine_glue.wakeups import HYBRID_MACHINE, Key, Wakeups
 
 NS = "ns"
-POOL = {"apiGroup": "ipam.capfleet.dev", "kind": "IPPool", "name": "v4"}
+POOL = {"apiGroup": "ipam.capfleet.dev", "kind": "HybridIPPool", "name": "v4"}
 READY = {"type": "Ready", "status": "True", "reason": "Ready", "lastTransitionTime": "2026-01-01T00:00:00Z"}
 VM = {
     "vm": {"vcpus": 1, "memoryMiB": 512, "disks": [{"sizeGiB": 1, "image": "base"}]},

@@ -48,7 +48,7 @@ def test_address_claims_one_per_pool_with_the_cluster_name() -> None:
     plans = specs.address_claims(vm_machine(), FACTS)
     assert [(p.name, p.interface) for p in plans] == [("cp-0-eth0-0", "eth0")]
     assert plans[0].spec.to_wire() == {
-        "poolRef": {"apiGroup": "ipam.capfleet.dev", "kind": "IPPool", "name": "v4"},
+        "poolRef": {"apiGroup": "ipam.capfleet.dev", "kind": "HybridIPPool", "name": "v4"},
         "clusterName": "c1",
     }
 

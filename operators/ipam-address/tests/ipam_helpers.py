@@ -14,18 +14,18 @@ CLAIMS = resources.IP_ADDRESS_CLAIMS
 ADDRESSES = resources.IP_ADDRESSES
 
 
-def pool_ref(name: str, kind: str = "IPPool") -> dict[str, str]:
+def pool_ref(name: str, kind: str = "HybridIPPool") -> dict[str, str]:
     return {"apiGroup": kinds.IPAM_GROUP, "kind": kind, "name": name}
 
 
 async def create_pool(kube: Kube, namespace: str, name: str, **spec: Any) -> dict[str, Any]:
     body = {
-        "apiVersion": kinds.IPPOOL.resource.api_version,
-        "kind": "IPPool",
+        "apiVersion": kinds.HYBRID_IPPOOL.resource.api_version,
+        "kind": "HybridIPPool",
         "metadata": {"name": name},
         "spec": spec,
     }
-    return await kube.create(kinds.IPPOOL.resource, body, namespace)
+    return await kube.create(kinds.HYBRID_IPPOOL.resource, body, namespace)
 
 
 async def create_claim(

@@ -16,7 +16,7 @@ from ipam_address.pools import PoolKey
 
 POOL = {
     "apiVersion": "ipam.capfleet.dev/v1alpha1",
-    "kind": "IPPool",
+    "kind": "HybridIPPool",
     "metadata": {"name": "p", "namespace": "ns", "uid": "pool-uid", "generation": 1},
     "spec": {"addresses": ["10.1.0.0/16"], "prefix": 16},
 }
@@ -47,7 +47,7 @@ async def test_a_burst_is_written_at_its_pace_and_the_last_count_is_written(
     monkeypatch.setattr(pool_status, "COALESCE_SECONDS", 0.02)
     monkeypatch.setattr(pool_status, "BURST_WRITE_SECONDS", 0.3)
     kube, allocator, allocated = StatusWrites(), Allocator(), list[str]()
-    key = PoolKey("ns", "IPPool", "p")
+    key = PoolKey("ns", "HybridIPPool", "p")
     stopped = False
     task = asyncio.create_task(
         pool_status.keep(kube, allocator, POOL, lambda: list(allocated), lambda: stopped)  # type: ignore[arg-type]

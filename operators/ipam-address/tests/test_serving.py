@@ -1,7 +1,7 @@
 """Unit tests of claim serving: the IPAddress written, the claim's status and Events, pause, repair, release.
 
 The API server and NetBox are small in-memory fakes and kopf's indexes are plain dicts, so these pin the
-wire formats the integration suites (test_ippool_contract, test_netboxippool) check on a real apiserver.
+wire formats the integration suites (test_hybridippool_contract, test_netboxippool) check on a real apiserver.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from ipam_address import claims, netbox_pools, pools, serving
 from ipam_address.allocator import Allocator
 from ipam_address.backends.netbox import OWNER_FIELD, NetboxAddress, Target
 from ipam_address.claims import Claim
-from ipam_address.contexts import Context, Identity, Lookups
+from ipam_address.contexts import Context, Identity, Lookups, Notices
 from ipam_address.pools import PoolInfo, PoolKey
 from ipam_address.settings import IpamSettings
 
@@ -37,6 +37,7 @@ class FakeKube:
         self.objects = {(o["kind"], o["metadata"]["name"]): copy.deepcopy(o) for o in objects}
         self.statuses: list[dict[str, Any]] = []
         self.events: list[tuple[str, str]] = []
+        self.event_messages: list[str] = []
         self.patches: list[tuple[str, str, dict[str, Any]]] = []
         self.deleted: list[tuple[str, str]] = []
 
@@ -45,6 +46,7 @@ class FakeKube:
 
     async def create(self, resource: Resource, body: dict[str, Any], namespace: str | None = None) -> Any:
         self.events.append((body["type"], body["reason"]))
+        self.event_messages.append(body["message"])
         return body
 
     async def create_or_get(
@@ -96,10 +98,10 @@ class FakeNetbox:
         return None
 
 
-def ippool(**spec: Any) -> dict[str, Any]:
+def hybridippool(**spec: Any) -> dict[str, Any]:
     return {
         "apiVersion": "ipam.capfleet.dev/v1alpha1",
-        "kind": "IPPool",
+        "kind": "HybridIPPool",
         "metadata": {"name": "p", "namespace": NAMESPACE, "uid": "pool-uid", "generation": 1},
         "spec": spec,
     }
@@ -124,7 +126,7 @@ def netbox_pool(**spec: Any) -> dict[str, Any]:
 
 
 def claim_body(
-    pool: str = "p", kind: str = "IPPool", annotations: dict[str, str] | None = None
+    pool: str = "p", kind: str = "HybridIPPool", annotations: dict[str, str] | None = None
 ) -> dict[str, Any]:
     versions.forget()  # every claim built here has the same uid and resourceVersion, whatever it holds
     return {
@@ -166,7 +168,7 @@ def context(
     fake = cast(Kube, kube)
     settings = IpamSettings(instance="mgmt-a")
     return Context(
-        fake, events.Recorder(fake), lookups, FINALIZER, Allocator(), clients, settings, Identity()
+        fake, events.Recorder(fake), lookups, FINALIZER, Allocator(), clients, settings, Identity(), Notices()
     )
 
 
@@ -189,13 +191,13 @@ def conditions(status: Mapping[str, Any]) -> dict[str, tuple[str, str, str]]:
 
 async def test_a_claim_gets_its_ip_address_and_a_status_without_an_event() -> None:
     kube = FakeKube()
-    ctx = context(kube, ippool(addresses=["10.1.0.0/29"], prefix=24, gateway="10.1.0.1"))
+    ctx = context(kube, hybridippool(addresses=["10.1.0.0/29"], prefix=24, gateway="10.1.0.1"))
     await serving.serve_claim(ctx, claim_of(claim_body()))
 
     address = kube.objects[("IPAddress", "c1")]
     assert address["spec"] == {
         "claimRef": {"name": "c1"},
-        "poolRef": {"apiGroup": "ipam.capfleet.dev", "kind": "IPPool", "name": "p"},
+        "poolRef": {"apiGroup": "ipam.capfleet.dev", "kind": "HybridIPPool", "name": "p"},
         "address": "10.1.0.2",
         "prefix": 24,
         "gateway": "10.1.0.1",
@@ -205,7 +207,7 @@ async def test_a_claim_gets_its_ip_address_and_a_status_without_an_event() -> No
     assert meta["labels"] == {"cluster.x-k8s.io/cluster-name": "w1"}
     assert [(r["kind"], r["uid"], r["controller"]) for r in meta["ownerReferences"]] == [
         ("IPAddressClaim", "claim-uid", True),
-        ("IPPool", "pool-uid", False),
+        ("HybridIPPool", "pool-uid", False),
     ]
     [status] = kube.statuses
     assert status["addressRef"] == {"name": "c1"}
@@ -225,13 +227,15 @@ async def test_an_exhausted_pool_is_ready_false_with_one_warning(monkeypatch: py
     monkeypatch.setattr(serving, "WAIT_IN_HANDLER_SECONDS", 0.0)
     kube = FakeKube()
     ctx = context(
-        kube, ippool(addresses=["10.1.0.5"], prefix=24), bound={(NAMESPACE, "other"): ("10.1.0.5", False)}
+        kube,
+        hybridippool(addresses=["10.1.0.5"], prefix=24),
+        bound={(NAMESPACE, "other"): ("10.1.0.5", False)},
     )
     with pytest.raises(errors.Waiting):
         await serving.serve_claim(ctx, claim_of(claim_body()))
     [status] = kube.statuses
     assert "addressRef" not in status
-    assert conditions(status)["Ready"] == ("False", "PoolExhausted", "IPPool ns/p has no free address")
+    assert conditions(status)["Ready"] == ("False", "PoolExhausted", "HybridIPPool ns/p has no free address")
     assert kube.events == [("Warning", "PoolExhausted")]
 
 
@@ -242,13 +246,13 @@ async def test_a_claim_that_waits_writes_only_what_changed_since_its_last_write(
 
     async def pool_changes(pool: PoolKey, within: float) -> bool:
         if next(waits):
-            ctx.lookups = context(kube, ippool(addresses=["10.1.0.0/29"], prefix=24)).lookups
+            ctx.lookups = context(kube, hybridippool(addresses=["10.1.0.0/29"], prefix=24)).lookups
         return True
 
     ctx.allocator.wait_for_release = pool_changes  # type: ignore[method-assign]
     await serving.serve_claim(ctx, claim_of(claim_body()))
     failed, bound = kube.statuses
-    assert conditions(failed)["Ready"] == ("False", "PoolNotReady", "IPPool ns/p does not exist")
+    assert conditions(failed)["Ready"] == ("False", "PoolNotReady", "HybridIPPool ns/p does not exist")
     assert bound["addressRef"] == {"name": "c1"}
     assert [c["type"] for c in bound["conditions"]] == ["Paused", "Ready"]
     assert conditions(bound)["Ready"] == ("True", "Allocated", "10.1.0.1")
@@ -260,7 +264,11 @@ async def test_a_missing_pool_is_pool_not_ready(monkeypatch: pytest.MonkeyPatch)
     kube = FakeKube()
     with pytest.raises(errors.DependencyMissing):
         await serving.serve_claim(context(kube), claim_of(claim_body("nope")))
-    assert conditions(kube.statuses[0])["Ready"] == ("False", "PoolNotReady", "IPPool ns/nope does not exist")
+    assert conditions(kube.statuses[0])["Ready"] == (
+        "False",
+        "PoolNotReady",
+        "HybridIPPool ns/nope does not exist",
+    )
 
 
 async def test_other_failures_are_allocation_failed_with_the_errors_reason_in_the_event() -> None:
@@ -306,7 +314,7 @@ async def test_a_paused_claim_only_says_so(by_cluster: bool) -> None:
     cluster["spec"] = {"paused": by_cluster}
     kube = FakeKube(cluster)
     annotations = {} if by_cluster else {pausing.PAUSED_ANNOTATION: ""}
-    ctx = context(kube, ippool(addresses=["10.1.0.0/29"], prefix=24))
+    ctx = context(kube, hybridippool(addresses=["10.1.0.0/29"], prefix=24))
     await serving.serve_claim(ctx, claim_of(claim_body(annotations=annotations)))
     assert [conditions(s) for s in kube.statuses] == [
         {"Paused": ("True", "Paused", "reconciliation is paused")}
@@ -317,7 +325,9 @@ async def test_a_paused_claim_only_says_so(by_cluster: bool) -> None:
 async def test_a_lost_status_is_rebuilt_from_the_ip_address_that_still_exists() -> None:
     kube = FakeKube()
     ctx = context(
-        kube, ippool(addresses=["10.1.0.0/29"], prefix=24), bound={(NAMESPACE, "c1"): ("10.1.0.3", False)}
+        kube,
+        hybridippool(addresses=["10.1.0.0/29"], prefix=24),
+        bound={(NAMESPACE, "c1"): ("10.1.0.3", False)},
     )
     held = claim_body()
     held["metadata"]["finalizers"] = [FINALIZER]
@@ -411,22 +421,70 @@ def test_only_claims_and_addresses_of_our_pools_are_ours() -> None:
     foreign = claim_body()
     foreign["spec"]["poolRef"] = {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "p"}
     assert Claim.of(foreign) is None
-    assert claim_of(claim_body()).pool == PoolKey(NAMESPACE, "IPPool", "p")
+    assert claim_of(claim_body()).pool == PoolKey(NAMESPACE, "HybridIPPool", "p")
     address: dict[str, Any] = {
         "apiVersion": "ipam.cluster.x-k8s.io/v1beta2",
         "kind": "IPAddress",
         "metadata": {"name": "x", "namespace": NAMESPACE, "deletionTimestamp": "2025-01-01T00:00:00Z"},
         "spec": {
             "claimRef": {"name": "c1"},
-            "poolRef": {"apiGroup": "ipam.capfleet.dev", "kind": "IPPool", "name": "p"},
+            "poolRef": {"apiGroup": "ipam.capfleet.dev", "kind": "HybridIPPool", "name": "p"},
             "address": "fd00:0::1",
             "prefix": 64,
         },
     }
     assert pools.holding_of(address) == pools.Holding(
-        PoolKey(NAMESPACE, "IPPool", "p"), "fd00::1", "c1", True
+        PoolKey(NAMESPACE, "HybridIPPool", "p"), "fd00::1", "c1", True
     )
     address["spec"]["poolRef"] = foreign["spec"]["poolRef"]
+    assert pools.holding_of(address) is None
+
+
+async def test_a_claim_of_the_deprecated_kind_ippool_is_served_from_the_hybridippool_with_a_warning() -> None:
+    kube = FakeKube()
+    ctx = context(kube, hybridippool(addresses=["10.1.0.0/29"], prefix=24))
+    old = claim_body(kind="IPPool")
+    claim = claim_of(old)
+    assert claim.pool == PoolKey(NAMESPACE, "HybridIPPool", "p")
+    assert claim.names_deprecated_kind
+    assert not claim_of(claim_body()).names_deprecated_kind
+    await serving.serve_claim(ctx, claim)
+    await serving.serve_claim(ctx, claim_of(old))  # served again (a restart, a repair): warned once
+
+    address = kube.objects[("IPAddress", "c1")]
+    assert address["spec"]["poolRef"] == {
+        "apiGroup": "ipam.capfleet.dev",
+        "kind": "HybridIPPool",
+        "name": "p",
+    }
+    assert [r["kind"] for r in address["metadata"]["ownerReferences"]] == ["IPAddressClaim", "HybridIPPool"]
+    assert conditions(kube.statuses[0])["Ready"] == ("True", "Allocated", "10.1.0.1")
+    assert kube.events == [("Warning", serving.DEPRECATED_POOL_KIND)]
+    [message] = kube.event_messages
+    assert "served from HybridIPPool ns/p" in message
+    assert "recreate this claim with poolRef kind HybridIPPool" in message
+
+
+def test_the_deprecated_kind_is_an_alias_only_in_capfleet_s_group() -> None:
+    metal3 = claim_body(kind="IPPool")
+    metal3["spec"]["poolRef"]["apiGroup"] = "ipam.metal3.io"
+    assert Claim.of(metal3) is None
+    address: dict[str, Any] = {
+        "apiVersion": "ipam.cluster.x-k8s.io/v1beta2",
+        "kind": "IPAddress",
+        "metadata": {"name": "c1", "namespace": NAMESPACE},
+        "spec": {
+            "claimRef": {"name": "c1"},
+            "poolRef": {"apiGroup": "ipam.capfleet.dev", "kind": "IPPool", "name": "p"},
+            "address": "10.1.0.3",
+            "prefix": 24,
+        },
+    }
+    # An IPAddress written before the rename counts in the HybridIPPool: its address is not handed out again.
+    assert pools.holding_of(address) == pools.Holding(
+        PoolKey(NAMESPACE, "HybridIPPool", "p"), "10.1.0.3", "c1", False
+    )
+    address["spec"]["poolRef"]["apiGroup"] = "ipam.metal3.io"
     assert pools.holding_of(address) is None
 
 

@@ -1,6 +1,6 @@
 """`make bench-ipam`: ipam-address against the reference Go IPAM provider, 1,000 claims from one pool each.
 
-On one real control plane, first capfleet's ipam-address (`python -m ipam_address`, an IPPool) and then
+On one real control plane, first capfleet's ipam-address (`python -m ipam_address`, a HybridIPPool) and then
 sigs.k8s.io/cluster-api-ipam-provider-in-cluster (an InClusterIPPool with the same addresses, prefix and
 gateway) each allocate every claim of a burst, in a namespace of their own. It prints one row per provider
 and the capfleet/reference ratio, and writes the same to _artifacts/bench-ipam.json. A duplicate address,
@@ -56,7 +56,7 @@ def capfleet_provider(spec: dict[str, Any]) -> Provider:
 
     pool = {
         "apiVersion": f"{IPAM_GROUP}/{VERSION}",
-        "kind": "IPPool",
+        "kind": "HybridIPPool",
         "metadata": {"name": POOL_NAME, "namespace": "bench-capfleet"},
         "spec": spec,
     }

@@ -18,7 +18,15 @@ from capfleet.api import capi
 from capfleet.kube import Kube, KubeError
 from ipam_address import netbox_pools, spaces
 from ipam_address.contexts import Context
-from ipam_address.pools import GROUP, IN_CLUSTER, PoolInfo, PoolKey, key_of_ref, space_of
+from ipam_address.pools import (
+    GROUP,
+    IN_CLUSTER,
+    PoolInfo,
+    PoolKey,
+    key_of_ref,
+    names_deprecated_kind,
+    space_of,
+)
 
 PROTECT_FINALIZER = "ipam.cluster.x-k8s.io/ProtectAddress"
 # Set on a claim before its first NetBox write: a claim without it (and without an address) never made
@@ -74,6 +82,11 @@ class Claim:
     @property
     def cluster_name(self) -> str | None:
         return self.model.spec.cluster_name or ownership.cluster_name(self.meta)
+
+    @property
+    def names_deprecated_kind(self) -> bool:
+        """Whether the claim's poolRef names kind IPPool, served as HybridIPPool until v1alpha2."""
+        return names_deprecated_kind(self.model.spec.pool_ref)
 
 
 _claim_of = versions.per_version(Claim.parse)

@@ -7,8 +7,9 @@ claim. The `Lookups` are kopf's indexes as plain functions, so the logic never d
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from capfleet import instances, reconciling
@@ -19,6 +20,7 @@ from ipam_address.pools import PoolInfo, PoolKey
 from ipam_address.settings import IpamSettings
 
 ALLOCATOR_KEY, NETBOX_CLIENTS_KEY, IDENTITY_KEY = "allocator", "netbox_clients", "identity"
+NOTICES_KEY = "notices"
 
 
 @dataclass
@@ -26,6 +28,25 @@ class Identity:
     """This management cluster's instance name, once resolved (operator-wide, in memo)."""
 
     instance: str | None = None
+
+
+@dataclass
+class Notices:
+    """The objects this process has told something that stays true while they exist (a claim's poolRef
+    names a deprecated kind), so each is told once, and once more after a restart; bounded like the Event
+    recorder's memory."""
+
+    capacity: int = 20_000
+    told: OrderedDict[str, None] = field(default_factory=OrderedDict)
+
+    def first(self, uid: str) -> bool:
+        """Whether the object `uid` is told now for the first time; it is remembered as told."""
+        if uid in self.told:
+            return False
+        self.told[uid] = None
+        while len(self.told) > self.capacity:
+            self.told.popitem(last=False)
+        return True
 
 
 @dataclass(frozen=True)
@@ -43,6 +64,7 @@ def start(memo: MutableMapping[str, Any]) -> None:
     memo[ALLOCATOR_KEY] = Allocator()
     memo[NETBOX_CLIENTS_KEY] = netbox_pools.Clients()
     memo[IDENTITY_KEY] = Identity()
+    memo[NOTICES_KEY] = Notices()
 
 
 @dataclass
@@ -56,6 +78,7 @@ class Context(reconciling.Context):
     netbox_clients: netbox_pools.Clients = reconciling.in_memo(NETBOX_CLIENTS_KEY)
     settings: IpamSettings = reconciling.in_memo(reconciling.SETTINGS_KEY)
     identity: Identity = reconciling.in_memo(IDENTITY_KEY)
+    notices: Notices = reconciling.in_memo(NOTICES_KEY)
 
     async def instance(self) -> str:
         """This management cluster's instance name (`capfleet.instances`), resolved once."""

@@ -23,7 +23,7 @@ from ipam_address.pools import PoolInfo, PoolKey
 IDENTITY = runtime.Identity("ipam-address")
 CLAIMS = resources.IP_ADDRESS_CLAIMS.watch
 ADDRESSES = resources.IP_ADDRESSES.watch
-IPPOOLS = kinds.IPPOOL.resource.watch
+HYBRID_IPPOOLS = kinds.HYBRID_IPPOOL.resource.watch
 NETBOX_POOLS = kinds.NETBOX_IPPOOL.resource.watch
 
 AddressIndex = kopf.Index[Any, Any]
@@ -53,7 +53,7 @@ def our_address(body: kopf.Body, **_: Any) -> bool:
 # Indexes: pools by key, and IPAddresses of our pools by (pool, address), by pool and by claim.
 
 
-@kopf.index(*IPPOOLS)
+@kopf.index(*HYBRID_IPPOOLS)
 @kopf.index(*NETBOX_POOLS)
 async def capfleet_pools(body: kopf.Body, **_: Any) -> dict[PoolKey, PoolInfo]:
     info = pools.info_of(body)
@@ -153,15 +153,15 @@ async def observe_address(type: str, body: kopf.Body, memo: kopf.Memo, **kwargs:
 # In-cluster pools.
 
 
-@kopf.on.resume(*IPPOOLS)
-@kopf.on.create(*IPPOOLS)
-@kopf.on.update(*IPPOOLS)
+@kopf.on.resume(*HYBRID_IPPOOLS)
+@kopf.on.create(*HYBRID_IPPOOLS)
+@kopf.on.update(*HYBRID_IPPOOLS)
 async def pool_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     allocator = reconciling.from_memo(memo, contexts.ALLOCATOR_KEY, Allocator)
     allocator.released(pools.info_of(body).key)  # the pool may have grown: wake waiting claims
 
 
-@kopf.daemon(*IPPOOLS, cancellation_timeout=1.0)
+@kopf.daemon(*HYBRID_IPPOOLS, cancellation_timeout=1.0)
 async def keep_pool_status(
     body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, **kwargs: Any
 ) -> None:
@@ -190,9 +190,9 @@ async def check_netbox_pool(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
     ctx.allocator.released(pools.info_of(body).key)
 
 
-@kopf.on.delete(*IPPOOLS)
+@kopf.on.delete(*HYBRID_IPPOOLS)
 @kopf.on.delete(*NETBOX_POOLS)
-@runtime.reconciler("IPPool")
+@runtime.reconciler("HybridIPPool")
 async def guard_pool_deletion(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **kwargs: Any) -> None:
     in_use = len(list(index(kwargs, "pool_addresses").get(pools.info_of(body).key, ())))
     if in_use:

@@ -94,7 +94,7 @@ async def keep(
                 metrics.record_pool(key.namespace, key.name, desired["ipAddresses"])
             changed = statuses.differences(written, desired)
             if changed:
-                await kube.patch_status(kinds.IPPOOL.resource, key.name, changed, key.namespace)
+                await kube.patch_status(kinds.HYBRID_IPPOOL.resource, key.name, changed, key.namespace)
                 written.update(changed)
                 last_write = time.monotonic()
             if await allocator.wait_for_change(key, IDLE_CHECK_SECONDS):

@@ -2,7 +2,7 @@
 
 Claims find their pool through kopf's in-memory index (no API read per claim); parsing a pool's spec
 into an `AddressSpace` happens once per pool generation, not once per claim. Pools are read through their
-models (`kinds.IPPOOL`, `kinds.NETBOX_IPPOOL`), IPAddresses through CAPI's (`capfleet.api.capi`).
+models (`kinds.HYBRID_IPPOOL`, `kinds.NETBOX_IPPOOL`), IPAddresses through CAPI's (`capfleet.api.capi`).
 """
 
 from __future__ import annotations
@@ -17,11 +17,18 @@ from capfleet.api import capi, ipam, kinds
 from ipam_address import spaces
 
 GROUP = kinds.IPAM_GROUP
-IN_CLUSTER = kinds.IPPOOL.kind
+IN_CLUSTER = kinds.HYBRID_IPPOOL.kind
 NETBOX = kinds.NETBOX_IPPOOL.kind
 KINDS = frozenset({IN_CLUSTER, NETBOX})
 
-PoolSpec = ipam.IPPoolSpec | ipam.NetboxIPPoolSpec
+DEPRECATED_IN_CLUSTER = "IPPool"
+"""What HybridIPPool was called before it was renamed (`kubectl get ippool` found Metal3's or Calico's
+IPPool instead). A claim's poolRef is immutable, so claims made before the rename still name it: they are
+served from the HybridIPPool of the same name, with a `DeprecatedPoolKind` Warning on the claim, and the
+IPAddresses made for them before (their poolRef is immutable too) count in that HybridIPPool, so none of
+their addresses is handed out again. Deprecated alias, to be removed in v1alpha2."""
+
+PoolSpec = ipam.HybridIPPoolSpec | ipam.NetboxIPPoolSpec
 
 
 class PoolKey(NamedTuple):
@@ -57,8 +64,8 @@ class PoolInfo:
             "blockOwnerDeletion": True,
         }
 
-    def in_cluster(self) -> ipam.IPPoolSpec:
-        if not isinstance(self.spec, ipam.IPPoolSpec):
+    def in_cluster(self) -> ipam.HybridIPPoolSpec:
+        if not isinstance(self.spec, ipam.HybridIPPoolSpec):
             raise TypeError(f"{self.key.describe()} is not an in-cluster pool")
         return self.spec
 
@@ -79,10 +86,17 @@ class Holding:
 
 
 def key_of_ref(namespace: str, ref: capi.TypedReference | None) -> PoolKey | None:
-    """The pool a `poolRef` names, when it is one of ours; None for other providers' pools."""
-    if ref is None or ref.api_group != GROUP or ref.kind not in KINDS or not ref.name:
+    """The pool a `poolRef` names, when it is one of ours; None for other providers' pools. A ref to the
+    deprecated kind IPPool names the HybridIPPool of the same name (`DEPRECATED_IN_CLUSTER`)."""
+    if ref is None or ref.api_group != GROUP or not ref.name:
         return None
-    return PoolKey(namespace, ref.kind, ref.name)
+    kind = IN_CLUSTER if ref.kind == DEPRECATED_IN_CLUSTER else ref.kind  # alias: removed in v1alpha2
+    return PoolKey(namespace, kind, ref.name) if kind in KINDS else None
+
+
+def names_deprecated_kind(ref: capi.TypedReference | None) -> bool:
+    """Whether a `poolRef` of ours names its pool by the deprecated kind IPPool (removed in v1alpha2)."""
+    return ref is not None and ref.api_group == GROUP and ref.kind == DEPRECATED_IN_CLUSTER
 
 
 def _holding_of(body: Mapping[str, Any]) -> Holding | None:
@@ -102,7 +116,7 @@ holding_of = versions.per_version(_holding_of)
 
 
 def info_of(body: Mapping[str, Any]) -> PoolInfo:
-    pool = kinds.NETBOX_IPPOOL.parse(body) if body["kind"] == NETBOX else kinds.IPPOOL.parse(body)
+    pool = kinds.NETBOX_IPPOOL.parse(body) if body["kind"] == NETBOX else kinds.HYBRID_IPPOOL.parse(body)
     meta = pool.metadata
     ready = conditions.find(pool.status.conditions if pool.status else [], conditions.READY)
     checked = ready is not None and ready.observed_generation == meta.get("generation")
@@ -126,7 +140,7 @@ def space_of(pool: PoolInfo) -> spaces.AddressSpace:
 _Frozen = tuple[tuple[str, ...], int, str | None, tuple[str, ...], bool]
 
 
-def _freeze(spec: ipam.IPPoolSpec) -> _Frozen:
+def _freeze(spec: ipam.HybridIPPoolSpec) -> _Frozen:
     """The spec as a hashable key of the space cache."""
     return (
         tuple(spec.addresses),

@@ -12,7 +12,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from capfleet import conditions, errors, pausing, resources
+from capfleet import conditions, errors, events, pausing, resources
 from capfleet.conditions import Update
 from ipam_address import claims, pools
 from ipam_address.claims import Claim
@@ -23,6 +23,7 @@ WAIT_IN_HANDLER_SECONDS = 20.0
 """How long a claim waits inside its handler for its pool to free an address or become ready."""
 
 CLAIMS = resources.IP_ADDRESS_CLAIMS
+DEPRECATED_POOL_KIND = "DeprecatedPoolKind"
 WAITS_FOR_THE_POOL = frozenset({claims.POOL_EXHAUSTED, claims.POOL_NOT_READY})
 
 
@@ -54,10 +55,24 @@ async def write_failure(
     return written
 
 
+async def warn_deprecated_kind(ctx: Context, claim: Claim) -> None:
+    """A Warning, once per claim while this process runs, on a claim whose poolRef names kind IPPool:
+    it is served from the HybridIPPool of the same name until v1alpha2 drops the alias."""
+    if not ctx.notices.first(str(claim.meta.get("uid") or claim.name)):
+        return
+    message = (
+        f"poolRef kind {pools.DEPRECATED_IN_CLUSTER} is deprecated and served from {claim.pool.describe()}"
+        f" until v1alpha2, which drops the alias: recreate this claim with poolRef kind {pools.IN_CLUSTER}"
+    )
+    await events.post(ctx.kube, claim.body, "Warning", DEPRECATED_POOL_KIND, message)
+
+
 async def serve_claim(ctx: Context, claim: Claim, preferred: str | None = None) -> None:
     """Reconcile a claim and write its status; on exhaustion or a pool not ready, wait here for a change."""
     deadline = time.monotonic() + WAIT_IN_HANDLER_SECONDS
     body = claim.body
+    if claim.names_deprecated_kind:
+        await warn_deprecated_kind(ctx, claim)
     while True:
         try:
             address = await claims.reconcile(ctx, claim, preferred)

@@ -1,6 +1,6 @@
 """The set of addresses a pool may hand out, as sorted disjoint integer intervals.
 
-An IPPool lists CIDRs, ranges and single addresses, minus exclusions, the gateway and (unless asked)
+A HybridIPPool lists CIDRs, ranges and single addresses, minus exclusions, the gateway and (unless asked)
 reserved network/broadcast addresses. Allocation must not enumerate every address of a pool per claim,
 so the pool becomes a few intervals once per spec change, and `next_free` walks them from a cursor,
 asking an O(1) "taken?" question per candidate.

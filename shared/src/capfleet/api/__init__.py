@@ -2,5 +2,5 @@
 
 The models are the one source of truth for the CRDs in `crds/` (`capfleet.crdgen` generates those from
 them) and are what operators parse objects with. Import the modules whole, e.g.
-`from capfleet.api import kinds` then `kinds.IPPOOL.resource`, or `from capfleet.api import ipam`.
+`from capfleet.api import kinds` then `kinds.HYBRID_IPPOOL.resource`, or `from capfleet.api import ipam`.
 """

@@ -1,7 +1,7 @@
 """The two IP pool kinds that ipam-address serves through CAPI's IPAM contract (group ipam.capfleet.dev).
 
 An IPAddressClaim's `spec.poolRef` names one of these; ipam-address allocates from it and writes the
-IPAddress. IPPool keeps its addresses in the cluster; NetboxIPPool allocates them from NetBox prefixes
+IPAddress. HybridIPPool keeps its addresses in the cluster; NetboxIPPool allocates them from NetBox prefixes
 and IP ranges. The glue, and any other CAPI provider, only ever refers to them by kind and name.
 """
 
@@ -80,7 +80,7 @@ class PoolStatus(Model):
     conditions: Conditions = Field(default_factory=list)
 
 
-class IPPoolSpec(Model):
+class HybridIPPoolSpec(Model):
     """Desired state of an in-cluster IP pool."""
 
     model_config = ConfigDict(
@@ -120,7 +120,7 @@ class IPPoolSpec(Model):
     )
 
 
-class IPPool(CustomObject[IPPoolSpec, PoolStatus]):
+class HybridIPPool(CustomObject[HybridIPPoolSpec, PoolStatus]):
     """A pool of IP addresses kept in the cluster, allocated to IPAddressClaims by ipam-address."""
 
 

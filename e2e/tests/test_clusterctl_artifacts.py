@@ -26,7 +26,6 @@ import pytest
 import yaml
 
 from capfleet.runtime import VERSION
-from capfleet_e2e import site
 from capfleet_e2e.clusterctl_components import (
     CONTAINER,
     INFRASTRUCTURE,
@@ -42,12 +41,12 @@ from capfleet_e2e.clusterctl_components import (
 from capfleet_e2e.controlplane import Cluster
 from capfleet_e2e.kubebin import Kubectl, ensure_kube_binaries, repo_root
 from capfleet_e2e.kustomize import build, documents
-from capfleet_e2e.nodesite import LIGHT_CONTROL_PLANES
+from capfleet_e2e.nodeimage.versions import NodeImageVersions
 
 CLUSTERCTL_DIR = Path("deploy") / "clusterctl"
 FIELD_MANAGER = "capfleet-clusterctl-tests"
 NAMESPACE = "capfleet-system"
-KUBERNETES_VERSION = "v1.33.0"
+KUBERNETES_VERSION = NodeImageVersions().kubernetes
 FLAVORS = {
     "": "cluster-template.yaml",
     "vm": "cluster-template-vm.yaml",
@@ -102,7 +101,7 @@ def test_the_two_providers_split_the_all_in_one_overlay_with_nothing_lost_or_sha
     assert infrastructure & ipam == {("Namespace", "", NAMESPACE)}
     assert infrastructure | ipam == {key(o) for o in overlay}
     assert {name for kind, _, name in ipam if kind == "CustomResourceDefinition"} == {
-        "ippools.ipam.capfleet.dev",
+        "hybridippools.ipam.capfleet.dev",
         "netboxippools.ipam.capfleet.dev",
     }
     assert {name for kind, _, name in ipam if kind == "Deployment"} == {"capfleet-ipam-address-manager"}
@@ -147,7 +146,7 @@ def test_cluster_template_uses_v1beta2_and_capfleet_kinds(flavor: str) -> None:
     assert api_versions == {
         "Cluster": "cluster.x-k8s.io/v1beta2",
         "HybridCluster": "infrastructure.cluster.x-k8s.io/v1alpha1",
-        "IPPool": "ipam.capfleet.dev/v1alpha1",
+        "HybridIPPool": "ipam.capfleet.dev/v1alpha1",
         "KubeadmControlPlane": "controlplane.cluster.x-k8s.io/v1beta2",
         "HybridMachineTemplate": "infrastructure.cluster.x-k8s.io/v1alpha1",
         "MachineDeployment": "cluster.x-k8s.io/v1beta2",
@@ -217,109 +216,6 @@ def test_every_kubeadm_command_of_the_vm_templates_scripts_parses_with_the_real_
             [str(kubeadm), *command[1:], "--help"], capture_output=True, text=True, check=False
         )
         assert result.returncode == 0, f"{' '.join(command)}: {result.stderr.strip()}"
-
-
-def vm_template_objects(values: dict[str, str]) -> dict[str, dict[str, Any]]:
-    """The vm template's objects as clusterctl renders them with the user's `values`."""
-    flags = {name: "1" if name.endswith("_COUNT") else name.lower() for name in FROM_FLAGS}
-    rendered = site.render(template_text("vm"), {**flags, **TEMPLATE_VALUES, **values})
-    return {o["kind"]: o for o in yaml.safe_load_all(rendered)}
-
-
-def test_the_ha_suites_lighter_control_planes_render_to_what_the_real_kubelet_and_kubeadm_take() -> None:
-    """The HA suite's lighter guests (nodesite.LIGHT_CONTROL_PLANES) are template variables: each
-    kubelet's extra arguments parse with the real kubelet, and init skips phases the real kubeadm has."""
-    binaries = ensure_kube_binaries(binaries=("kubeadm", "kubelet"))
-    objects = vm_template_objects(LIGHT_CONTROL_PLANES)
-    kcp = objects["KubeadmControlPlane"]["spec"]["kubeadmConfigSpec"]
-    for registration in node_registrations(objects):
-        args = {a["name"]: a["value"] for a in registration["kubeletExtraArgs"]}
-        assert args["housekeeping-interval"] == "60s"
-        flags = [f"--{name}={value}" for name, value in args.items()]
-        result = subprocess.run(
-            [str(binaries / "kubelet"), *flags, "--help"], capture_output=True, text=True, check=False
-        )
-        assert result.returncode == 0, result.stderr
-    skipped = kcp["initConfiguration"]["skipPhases"]
-    assert skipped == ["show-join-command", "addon/kube-proxy", "addon/coredns"]
-    assert set(skipped) <= init_phases(binaries / "kubeadm")
-    defaults = vm_template_objects({})["KubeadmControlPlane"]["spec"]["kubeadmConfigSpec"]
-    assert defaults["initConfiguration"]["skipPhases"] == ["show-join-command"]
-
-
-def init_phases(kubeadm: Path) -> set[str]:
-    """`kubeadm init`'s phases as --skip-phases names them ("addon/coredns"), from its help."""
-    text = subprocess.run([str(kubeadm), "init", "--help"], capture_output=True, text=True, check=True).stdout
-    table = text.split("following phases:", 1)[1].split("```")[1]
-    phases: set[str] = set()
-    parent = ""
-    for line in table.splitlines():
-        if not line.strip():
-            continue
-        name = line.split()[0]
-        if name.startswith("/"):
-            phases.add(parent + name)
-        else:
-            parent = name
-            phases.add(name)
-    return phases
-
-
-PROBE_PATCHES = "/usr/local/sbin/capfleet-probe-patches"
-STATIC_POD_PHASES = {
-    "kube-apiserver": ["control-plane", "apiserver"],
-    "kube-controller-manager": ["control-plane", "controller-manager"],
-    "kube-scheduler": ["control-plane", "scheduler"],
-    "etcd": ["etcd", "local"],
-}
-PROBES = ("livenessProbe", "startupProbe")
-
-
-def test_the_probe_patches_reach_every_static_pod_through_the_real_kubeadm(tmp_path: Path) -> None:
-    """The template's patch script, rendered with suite-like values, read by kubeadm as InitConfiguration's
-    patches directory: each control-plane manifest kubeadm writes (dry run, offline) has the probes."""
-    kubeadm = ensure_kube_binaries(binaries=("kubeadm",)) / "kubeadm"
-    kcp = {o["kind"]: o for o in documents(template_text("vm"))}["KubeadmControlPlane"]
-    spec = kcp["spec"]["kubeadmConfigSpec"]
-    assert PROBE_PATCHES in spec["preKubeadmCommands"]
-    [script] = [f["content"] for f in spec["files"] if f["path"] == PROBE_PATCHES]
-    patches = tmp_path / "patches"
-    directory = spec["initConfiguration"]["patches"]["directory"]
-    assert spec["joinConfiguration"]["patches"]["directory"] == directory
-    values = {
-        "CAPFLEET_LIVENESS_FAILURE_THRESHOLD": "61",
-        "CAPFLEET_STARTUP_FAILURE_THRESHOLD": "121",
-        "CAPFLEET_PROBE_TIMEOUT_SECONDS": "59",
-        "CAPFLEET_API_SERVER_READINESS_PERIOD_SECONDS": "11",
-        "CAPFLEET_PROBE_PERIOD_SECONDS": "29",
-    }
-    subprocess.run(["sh", "-c", site.render(script, values).replace(directory, str(patches))], check=True)
-    config = tmp_path / "kubeadm.yaml"
-    config.write_text(
-        "apiVersion: kubeadm.k8s.io/v1beta4\nkind: InitConfiguration\n"
-        f"localAPIEndpoint: {{advertiseAddress: 192.0.2.10}}\npatches: {{directory: {patches}}}\n---\n"
-        "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\n"
-        f"kubernetesVersion: {KUBERNETES_VERSION}\n"
-    )
-    manifests = tmp_path / "manifests"
-    env = {**os.environ, "KUBEADM_INIT_DRYRUN_DIR": str(manifests)}
-    for component, phase in STATIC_POD_PHASES.items():
-        result = subprocess.run(
-            [str(kubeadm), "init", "phase", *phase, "--config", str(config), "--dry-run"],
-            capture_output=True, text=True, env=env, check=False,
-        )  # fmt: skip
-        assert result.returncode == 0, result.stderr
-        [container] = yaml.safe_load((manifests / f"{component}.yaml").read_text())["spec"]["containers"]
-        probes = {k: (container[k]["failureThreshold"], container[k]["timeoutSeconds"]) for k in PROBES}
-        assert probes == {"livenessProbe": (61, 59), "startupProbe": (121, 59)}, component
-        assert container["livenessProbe"]["periodSeconds"] == 29, component
-        if component == "kube-apiserver":
-            readiness = container["readinessProbe"]
-            assert (
-                readiness["periodSeconds"],
-                readiness["timeoutSeconds"],
-                readiness["httpGet"]["path"],
-            ) == (11, 59, "/readyz")
 
 
 # --- with clusterctl and the control plane ----------------------------------------------------------------

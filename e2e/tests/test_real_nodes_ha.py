@@ -31,7 +31,8 @@ import yaml
 from capfleet import resources
 from capfleet.api import kinds
 from capfleet.resources import KCPS
-from capfleet_e2e.nodesite import HA_VIP_LEASE, LIGHT_CONTROL_PLANES, NodeSite
+from capfleet_e2e.labtuning import LIGHT_CONTROL_PLANES
+from capfleet_e2e.nodesite import NodeSite
 from capfleet_e2e.waiting import eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.full, pytest.mark.timeout(7200)]
@@ -49,8 +50,8 @@ MAX_OUTAGE_SECONDS = 45.0
 # the joining member stalls (on this host, a TCG guest starved of CPU), no write commits, in any kubeadm
 # cluster. That phase's outages are reported, not bounded; every later phase has a member to spare.
 SCALE_UP = "scale-up 1 → 3"
-# Slow hosts: etcd's timings as for a slow link (the template's knobs).
-SLOW_ETCD = {"CAPFLEET_ETCD_HEARTBEAT_INTERVAL_MS": "500", "CAPFLEET_ETCD_ELECTION_TIMEOUT_MS": "5000"}
+# Slow hosts: etcd's timings as for a slow link.
+SLOW_ETCD = LIGHT_CONTROL_PLANES.but(etcd_heartbeat_ms=500, etcd_election_ms=5000)
 
 
 @dataclass
@@ -186,13 +187,7 @@ def stop_domain_of(site: NodeSite, node: str, machines: list[dict[str, Any]]) ->
 async def three_control_plane_nodes(site: NodeSite, prober: Prober) -> list[dict[str, Any]]:
     """Apply a cluster of one control-plane node, then scale KCP to three across both failure domains;
     returns the Machines."""
-    manifest = site.manifest(
-        CONTROL_PLANE_MACHINE_COUNT="1",
-        WORKER_MACHINE_COUNT="0",
-        **SLOW_ETCD,
-        **HA_VIP_LEASE,
-        **LIGHT_CONTROL_PLANES,
-    )
+    manifest = site.manifest(SLOW_ETCD, CONTROL_PLANE_MACHINE_COUNT="1", WORKER_MACHINE_COUNT="0")
     site.apply(site.with_failure_domains(manifest))
     await eventually("the first control-plane Node", lambda: site.ready_nodes(1), 1200, 10)
     await site.kube.create(MACHINE_HEALTH_CHECKS, control_plane_health_check(site), site.namespace)

@@ -80,7 +80,7 @@ async def test_bare_metal_workers_deployed_with_the_node_image_join_roll_and_are
         # one worker is driven through Redfish and one through IPMI in every run.
         set_device_status(netbox, [spare, fourth], "planned")
         started = time.monotonic()
-        site.apply(metal.hybrid(site.manifest(WORKER_MACHINE_COUNT="0")))
+        site.apply(metal.cluster(site, WORKER_MACHINE_COUNT="0"))
         # One server at a time: two deploying at once beside the control plane starve it on two cores.
         await site.add_workers(1)
         print(f"\ncontrol-plane VM Ready and KCP healthy {time.monotonic() - started:.0f} s after apply")

@@ -5,9 +5,9 @@ It starts what a data centre and a management cluster would have, all local and 
 (etcd, kube-apiserver, kube-controller-manager), Cluster API's managers, a private lab network with PXE
 (dnsmasq), two hypervisors (libvirtd behind sshd) and a QEMU "server" behind a Redfish BMC (sushy-tools),
 that server recorded as a free device in a real NetBox (4.4.10), and capfleet's five
-operators as subprocesses. It renders deploy/clusterctl/cluster-template-vm.yaml (node addresses and the
-API's VIP from in-cluster IPPools) with its worker turned into a bare-metal machine, and applies it. The
-control-plane VM boots capfleet's node image (built on first use: `make node-image`); the server is
+operators as subprocesses. It renders deploy/clusterctl/cluster-template.yaml, the default flavor (node
+addresses and the API's VIP from in-cluster HybridIPPools, the worker a bare-metal server), and applies
+it. The control-plane VM boots capfleet's node image (built on first use: `make node-image`); the server is
 claimed from NetBox, network-boots capfleet's deploy ramdisk (`make deploy-ramdisk`), which writes the
 node image to its disk, and is power-cycled onto it; real cloud-init runs Cluster API's `kubeadm init`
 and `kubeadm join`. `CAPFLEET_DEMO_WORKER=vm` makes the worker a VM instead. The demo waits until both
@@ -42,7 +42,7 @@ from capfleet_e2e.controlplane import ControlPlane
 from capfleet_e2e.deployramdisk.build import DeployRamdisk, ensure_deploy_ramdisk
 from capfleet_e2e.kubebin import artifacts_dir
 from capfleet_e2e.labimage import lab_qcow2
-from capfleet_e2e.metalsite import NODE_SERVER, open_metal
+from capfleet_e2e.metalsite import HYBRID_TEMPLATE, NODE_SERVER, open_metal
 from capfleet_e2e.netbox.fixtures import NetboxInstance, RealNetboxes, instance_behind
 from capfleet_e2e.netbox.proxy import NetboxProxy
 from capfleet_e2e.netbox.releases import DEFAULT_RELEASE
@@ -185,8 +185,8 @@ async def run(cluster: ControlPlane, lab: NodeLab, workdir: Path, metal: MetalPa
                             workdir=workdir / "metal",
                         )
                     )
-                    manifest = parts.hybrid(manifest, record_vms=True)
-                    say(f"\nApplying {VM_TEMPLATE} with a bare-metal worker (server {metal.server.name},"
+                    manifest = parts.cluster(site, record_vms=True, WORKER_MACHINE_COUNT="0")
+                    say(f"\nApplying {HYBRID_TEMPLATE} with a bare-metal worker (server {metal.server.name},"
                         f" BMC {metal.server.bmc_address}) in namespace {NAMESPACE}.")  # fmt: skip
                 else:
                     say(f"\nApplying {VM_TEMPLATE} (variables filled in) in namespace {NAMESPACE}.")

@@ -5,9 +5,15 @@ servers as free NetBox devices of a worker role (with their BMC addresses: Redfi
 or IPMI through a virtualbmc when the test gives one, with the same credentials), the NetBox and BMC
 Secrets, netbox-device, and baremetal-provision serving capfleet's deploy ramdisk with its image cache,
 which fetches the node image's `disk.raw` from an HTTP server on loopback (the servers have no route to
-it). `Metal.hybrid(manifest)` turns the VM template into a hybrid one: the HybridCluster names NetBox and
-the BMC Secret, and the workers' HybridMachineTemplate claims servers and has the node image written to
-the disk with the serial number `ROOT_SERIAL` (a root device hint).
+it). `Metal.cluster(site)` is the shipped default flavor, cluster-template.yaml (a control-plane VM,
+bare-metal workers), rendered with the site's and the servers' values as a user would, then patched only
+where the lab differs from a data centre (`lab_patch`): the boot server's URL per cluster, the disk with
+the serial number `ROOT_SERIAL` (a root device hint), and NetBox's VM records when asked for.
+
+NetBox gets each Redfish server's BMC as a bare address (`host:port`), which the template's
+`bmcAddressTemplate` turns into a URL (`redfish+https://{address}/redfish/v1/Systems/{serial}`, the serial
+being the server's UUID), and each IPMI server's as a full `ipmi://` URL, used as it is: both forms of the
+book's Bare-metal servers page, against the Redfish emulator and a virtualbmc.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -26,6 +33,7 @@ from capfleet_e2e.baremetal.lab import PxeLab
 from capfleet_e2e.baremetal.servers import BareMetalServer, Shape
 from capfleet_e2e.deployramdisk.build import DeployRamdisk
 from capfleet_e2e.imageserver import image_server, sha256_of
+from capfleet_e2e.labtuning import LONE, TcgTuning
 from capfleet_e2e.netbox.fixtures import NetboxInstance
 from capfleet_e2e.nodeimage.build import NodeImage
 from capfleet_e2e.nodesite import NodeSite
@@ -38,6 +46,8 @@ WORKER_INTERFACE = "eno1"
 BMC_SECRET = "bmc"
 # The lab's BMCs (sushy-tools and virtualbmc) listen on loopback: the only network credentials may go to.
 LAB_BMC_NETWORK = "127.0.0.0/8"
+HYBRID_TEMPLATE = Path("deploy") / "clusterctl" / "cluster-template.yaml"
+REDFISH_SYSTEM_PATH = "/redfish/v1/Systems/{serial}"
 METAL_OPERATORS = ("netbox_device", "baremetal_provision")
 
 
@@ -52,35 +62,52 @@ class Metal:
     boot_url: str
     operators: dict[str, Any]
 
-    def hybrid(self, manifest: str, template: str = "md-0", *, record_vms: bool = False) -> str:
-        """The VM template `manifest` with bare-metal workers (the HybridMachineTemplate `*-<template>`),
-        and with `record_vms` its VMs recorded in NetBox's `vm_cluster`."""
+    def template_variables(self) -> dict[str, str]:
+        """The bare-metal variables of cluster-template.yaml for these servers."""
+        return {
+            "CAPFLEET_NETBOX_SECRET": "netbox",
+            "CAPFLEET_BMC_CREDENTIALS_SECRET": BMC_SECRET,
+            "CAPFLEET_BMC_NETWORK": LAB_BMC_NETWORK,
+            "CAPFLEET_BMC_SYSTEM_PATH": REDFISH_SYSTEM_PATH,
+            "CAPFLEET_WORKER_DEVICE_ROLE": self.role,
+            "CAPFLEET_IMAGE_URL": self.image["url"],
+            "CAPFLEET_IMAGE_CHECKSUM": self.image["checksum"],
+            "CAPFLEET_IMAGE_FORMAT": self.image["format"],
+            "CAPFLEET_ROOT_DISK_MIN_GIB": "5",
+            "CAPFLEET_BAREMETAL_INTERFACE": WORKER_INTERFACE,
+        }
+
+    def cluster(
+        self, site: NodeSite, tuning: TcgTuning = LONE, *, record_vms: bool = False, **overrides: str
+    ) -> str:
+        """cluster-template.yaml rendered for the site and these servers, patched for the lab."""
+        variables = {**self.template_variables(), **overrides}
+        return self.lab_patch(
+            site.manifest(tuning, template=HYBRID_TEMPLATE, **variables), record_vms=record_vms
+        )
+
+    def lab_patch(self, manifest: str, *, record_vms: bool = False) -> str:
+        """What only the lab sets: each cluster's own boot server URL (a data centre sets the operator's
+        CAPFLEET_BOOT_URL once), the root disk by serial, and with `record_vms` the VMs recorded in NetBox's
+        `vm_cluster`."""
         documents = [d for d in yaml.safe_load_all(manifest) if d]
         for document in documents:
             spec = document["spec"]
             if document["kind"] == "HybridCluster":
-                spec["netbox"] = {"connectionSecretRef": {"name": "netbox"}}
+                spec["baremetal"]["bootServerURL"] = self.boot_url
                 if record_vms:
                     spec["netbox"]["cluster"] = self.vm_cluster
-                spec["baremetal"] = {
-                    "bmcCredentialsSecretRef": {"name": BMC_SECRET},
-                    "bmcAddressCIDRs": [LAB_BMC_NETWORK],
-                    "bootServerURL": self.boot_url,
-                }
-            if document["kind"] == "HybridMachineTemplate" and document["metadata"]["name"].endswith(
-                template
-            ):
-                machine = spec["template"]["spec"]
-                del machine["vm"]
-                machine["baremetal"] = {
-                    "deviceSelector": {"role": self.role},
-                    "image": self.image,
-                    "rootDeviceHints": {"serialNumber": ROOT_SERIAL},
-                }
-                for interface in machine["network"]["interfaces"]:
-                    interface.pop("bridge", None)
-                    interface["name"] = WORKER_INTERFACE
+            if document["kind"] == "HybridMachineTemplate" and "baremetal" in spec["template"]["spec"]:
+                spec["template"]["spec"]["baremetal"]["rootDeviceHints"]["serialNumber"] = ROOT_SERIAL
         return yaml.safe_dump_all(documents, sort_keys=False)
+
+
+def netbox_bmc_address(server: BareMetalServer, ipmi: Mapping[str, VirtualBmc]) -> str:
+    """What NetBox records as a server's BMC: a virtualbmc's full ipmi:// URL, else the Redfish emulator's
+    bare host:port (the template adds the scheme and the System's path)."""
+    if server.name in ipmi:
+        return ipmi[server.name].address
+    return urlsplit(server.redfish_url).netloc
 
 
 @contextlib.asynccontextmanager
@@ -99,7 +126,7 @@ async def open_metal(
     """Record `servers` in NetBox (BMC through `ipmi[name]` where given), create the Secrets, serve the
     node image and start the two bare-metal operators; the image server stops on exit."""
     # The virtualbmcs share the Redfish emulator's credentials, so one BMC Secret serves every server.
-    bmcs = {name: vbmc.address for name, vbmc in (ipmi or {}).items()}
+    bmcs = {server.name: netbox_bmc_address(server, ipmi or {}) for server in servers}
     role, vm_cluster = record_servers(netbox, servers, "worker", bmc_addresses=bmcs)
     for body in (netbox_secret(netbox), bmc_secret(servers[0], BMC_SECRET)):
         await site.kube.create(resources.SECRETS, body, site.namespace)

@@ -32,6 +32,7 @@ from capfleet_e2e.baremetal.netns import PxeNetwork
 from capfleet_e2e.controlplane import ControlPlane
 from capfleet_e2e.kubebin import HarnessError, Kubectl, repo_root
 from capfleet_e2e.labguest import with_lab_guest
+from capfleet_e2e.labtuning import LONE, TcgTuning, tuned
 from capfleet_e2e.libvirt.hypervisor import Hypervisor, start_hypervisor
 from capfleet_e2e.nodeimage.versions import NodeImageVersions
 from capfleet_e2e.site import OPERATOR_ENV, SITE_LABEL, delete_cluster, register_hypervisor, render
@@ -53,27 +54,6 @@ NODE_OPERATOR_ENV = {
 StartOperator = Callable[[str, dict[str, str]], object]
 KCP_HEALTH = ("Available", "EtcdClusterHealthy", "ControlPlaneComponentsHealthy")
 CONTROL_PLANE_NODE_LABEL = "node-role.kubernetes.io/control-plane"
-LONE_VIP_LEASE = {
-    "CAPFLEET_VIP_LEASE_SECONDS": "120",
-    "CAPFLEET_VIP_RENEW_DEADLINE_SECONDS": "90",
-    "CAPFLEET_VIP_RETRY_PERIOD_SECONDS": "10",
-}
-# The VIP moves within 30 s + 4 s of its holder's loss, inside the HA suite's 45 s bound.
-HA_VIP_LEASE = {
-    "CAPFLEET_VIP_LEASE_SECONDS": "30",
-    "CAPFLEET_VIP_RENEW_DEADLINE_SECONDS": "20",
-    "CAPFLEET_VIP_RETRY_PERIOD_SECONDS": "4",
-}
-# Three control-plane guests under TCG on two cores: every guest's idle work counts against the joining
-# one. Profiles of an idle control plane put a third of its kubelet's CPU in cAdvisor's housekeeping and
-# the TLS handshakes of its probes; kube-proxy rewrites iptables on every endpoint change of a join, and
-# neither it nor CoreDNS serves anything the HA suite checks (its Nodes need no Service to be Ready).
-LIGHT_CONTROL_PLANES = {
-    "CAPFLEET_KUBELET_HOUSEKEEPING_INTERVAL": "60s",
-    "CAPFLEET_PROBE_PERIOD_SECONDS": "30",
-    "CAPFLEET_API_SERVER_READINESS_PERIOD_SECONDS": "30",
-    "CAPFLEET_KUBEADM_SKIP_PHASES": "[show-join-command, addon/kube-proxy, addon/coredns]",
-}
 
 
 def place_base_volume(hv: Hypervisor, image: Path, volume: str) -> None:
@@ -167,27 +147,6 @@ def template_variables(
         "CAPFLEET_VM_BRIDGE": lab.network.bridge,
         "CAPFLEET_HYPERVISOR_POOL": namespace,
         "CAPFLEET_IMAGE_REPOSITORY": versions.image_repository,
-        # QEMU without KVM on a 2-core machine shared with other suites: an apiserver may take minutes.
-        "CAPFLEET_KUBEADM_API_CALL_SECONDS": "600",
-        "CAPFLEET_KUBEADM_WAIT_SECONDS": "1200",
-        "CAPFLEET_LEADER_ELECT_LEASE_DURATION": "120s",
-        "CAPFLEET_LEADER_ELECT_RENEW_DEADLINE": "90s",
-        # Each renewal is an etcd write: every 20 s instead of every 2 s (two components).
-        "CAPFLEET_LEADER_ELECT_RETRY_PERIOD": "20s",
-        # Throw-away clusters: a TCG guest's fsync stalls etcd, and with it every API call (lease reads took
-        # 6 s on average in a run whose API server failed its etcd check while a worker booted).
-        "CAPFLEET_ETCD_UNSAFE_NO_FSYNC": "true",
-        # The control plane's liveness probes likewise: a guest at load 15 answers /livez late, and kubeadm's
-        # 8 x 15 s had the kubelet restart a healthy API server and controller manager in a loop.
-        "CAPFLEET_LIVENESS_FAILURE_THRESHOLD": "60",
-        "CAPFLEET_STARTUP_FAILURE_THRESHOLD": "120",
-        "CAPFLEET_PROBE_TIMEOUT_SECONDS": "60",
-        "CAPFLEET_API_SERVER_READINESS_PERIOD_SECONDS": "10",
-        # kube-vip exits when it misses a renewal (a panic in OnStoppedLeading) and the kubelet restarts it
-        # with a growing back-off, the VIP gone meanwhile: under TCG lease writes took up to 45 s, and with
-        # 30/20/4 s a lone control plane lost its VIP while its API server answered. With nobody to fail
-        # over to, long leases cost nothing; the HA suite sets HA_VIP_LEASE for its failover bound.
-        **LONE_VIP_LEASE,
         # Sized for QEMU without KVM on a 2-core machine: kubeadm's minimum for a control plane.
         "CAPFLEET_CONTROL_PLANE_VCPUS": "2",
         "CAPFLEET_CONTROL_PLANE_MEMORY_MIB": "2048",
@@ -212,12 +171,12 @@ class NodeSite:
     variables: dict[str, str]
     operators: dict[str, Any]
 
-    def manifest(self, **overrides: str) -> str:
-        """cluster-template-vm.yaml rendered with the site's variables, `overrides` taking precedence, its
-        nodes set up for the lab (labguest.py)."""
-        return with_lab_guest(
-            render((repo_root() / VM_TEMPLATE).read_text(), {**self.variables, **overrides})
-        )
+    def manifest(self, tuning: TcgTuning = LONE, template: Path = VM_TEMPLATE, **overrides: str) -> str:
+        """A shipped cluster template (the vm flavor unless told) rendered with the site's variables,
+        `overrides` taking precedence, its nodes set up for the lab (labguest.py) and tuned for TCG
+        (labtuning.py)."""
+        rendered = render((repo_root() / template).read_text(), {**self.variables, **overrides})
+        return with_lab_guest(tuned(rendered, tuning))
 
     def apply(self, manifest: str) -> str:
         return self.cp.kubectl("apply", "-f", "-", stdin=manifest)

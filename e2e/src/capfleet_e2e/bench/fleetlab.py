@@ -82,7 +82,6 @@ def fleet_variables(workload: WorkloadAPIServer) -> dict[str, str]:
         "CONTROL_PLANE_MACHINE_COUNT": "1",
         "WORKER_MACHINE_COUNT": "0",
         "CONTROL_PLANE_ENDPOINT_HOST": workload.host,
-        "CONTROL_PLANE_ENDPOINT_PORT": str(workload.port),
         "CAPFLEET_NODE_IP_RANGE": "10.96.0.1-10.96.15.254",
         "CAPFLEET_NODE_IP_PREFIX": "20",
         "CAPFLEET_NODE_GATEWAY": "10.96.0.254",
@@ -112,13 +111,17 @@ def vm_variables(network: PxeNetwork) -> dict[str, str]:
 def fleet_objects(workload: WorkloadAPIServer, network: PxeNetwork) -> list[Obj]:
     """The cluster of cluster-template-baremetal.yaml, its HybridCluster also placing VMs and recording
     them in NetBox, and cluster-template-vm.yaml's worker MachineDeployment (with its templates) beside
-    the bare-metal one as `md-vm`, both at zero replicas."""
+    the bare-metal one as `md-vm`, both at zero replicas. The stand-in workload API server listens on a
+    loopback port of its own, so the endpoint is set rather than allocated as the VIP on port 6443."""
     variables = {**fleet_variables(workload), **vm_variables(network)}
-    objects = [o for o in yaml.safe_load_all(render((repo_root() / TEMPLATE).read_text(), variables)) if o]
+    rendered = yaml.safe_load_all(render((repo_root() / TEMPLATE).read_text(), variables))
+    objects = [o for o in rendered if o and o["metadata"]["name"] != f"{CLUSTER}-control-plane-endpoint"]
     for obj in objects:
         if obj["kind"] == "HybridCluster":
             obj["spec"]["hypervisorSelector"] = {"matchLabels": HYPERVISOR_LABELS}
             obj["spec"]["netbox"]["cluster"] = NETBOX_VM_CLUSTER
+            del obj["spec"]["controlPlaneEndpointPoolRef"]
+            obj["spec"]["controlPlaneEndpoint"] = {"host": workload.host, "port": workload.port}
     worker_kinds = {"MachineDeployment", "HybridMachineTemplate", "KubeadmConfigTemplate"}
     vm_docs = yaml.safe_load_all(render((repo_root() / VM_TEMPLATE).read_text(), variables))
     for obj in vm_docs:

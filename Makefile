@@ -21,11 +21,11 @@ setup:
 
 ## node-image: build capfleet's node image (Debian + kubelet/kubeadm + preloaded images) into ~/.cache/capfleet.
 node-image: setup
-	$(UV) python -m capfleet_e2e.nodeimage
+	$(UV) capfleet-images node
 
 ## deploy-ramdisk: build the ramdisk that writes an OS image to a bare-metal server's disk into ~/.cache/capfleet.
 deploy-ramdisk: setup
-	$(UV) python -m capfleet_e2e.deployramdisk
+	$(UV) capfleet-images ramdisk
 
 ## demo: a cluster of real nodes on VMs, from kubectl apply to Nodes Ready, then torn down and checked.
 demo: setup
@@ -65,7 +65,7 @@ lint: typecheck
 ## typecheck: mypy --strict alone, one run per workspace member (test modules of different members may
 ## share a file name).
 typecheck:
-	for member in shared e2e console operators/*/; do $(UV) mypy $$member/src $$member/tests; done
+	for member in shared e2e images console operators/*/; do $(UV) mypy $$member/src $$member/tests; done
 
 crds:
 	$(UV) python -m capfleet.crdgen generate crds

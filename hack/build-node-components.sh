@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the programs of the node image's container images that are not Kubernetes binaries, so kubeadm
 # finds every image preloaded in containerd and never pulls (no registry is reachable; the Go module proxy
-# is). Versions are kubeadm v1.33's defaults, the same as e2e/src/capfleet_e2e/nodeimage/versions.py:
+# is). Versions are kubeadm v1.33's defaults, the same as images/src/capfleet_images/nodeimage/versions.py:
 #   etcd      go.etcd.io/etcd/server/v3 (its root package is etcd's main), and etcdctl, each built in a
 #             wrapper module that requires it (their go.mod replace the sibling modules with local paths,
 #             which a dependency's go.mod may do: replaces only apply in the main module)

@@ -17,9 +17,9 @@ apt_packages=(
   # deploy/pxe/dnsmasq.conf chain-loads firmware PXE ROMs to Debian's iPXE binaries (ipxe), which the lab
   # fetches over TFTP with curl.
   ipxe-qemu ipxe iproute2 curl
-  # The node image (e2e/src/capfleet_e2e/nodeimage): a Debian tree from mmdebstrap, made into a disk.
+  # The node image (images/src/capfleet_images/nodeimage): a Debian tree from mmdebstrap, made into a disk.
   mmdebstrap
-  # The deploy ramdisk (e2e/src/capfleet_e2e/deployramdisk) takes sfdisk, wipefs, mkfs.fat, qemu-img and
+  # The deploy ramdisk (images/src/capfleet_images/deployramdisk) takes sfdisk, wipefs, mkfs.fat, qemu-img and
   # openssl (with the CA bundle) from the host, besides the kernel and busybox above.
   fdisk util-linux openssl ca-certificates
   # Real NetBox in the tests (e2e/src/capfleet_e2e/netbox/releases.py): its PostgreSQL and Redis on

@@ -41,7 +41,7 @@ from capfleet_e2e.clusterctl_components import (
 from capfleet_e2e.controlplane import Cluster
 from capfleet_e2e.kubebin import Kubectl, ensure_kube_binaries, repo_root
 from capfleet_e2e.kustomize import build, documents
-from capfleet_e2e.nodeimage.versions import NodeImageVersions
+from capfleet_images.nodeimage.versions import NodeImageVersions
 
 CLUSTERCTL_DIR = Path("deploy") / "clusterctl"
 FIELD_MANAGER = "capfleet-clusterctl-tests"

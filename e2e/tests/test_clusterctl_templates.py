@@ -14,7 +14,7 @@ import yaml
 from capfleet_e2e import clusterctl_templates
 from capfleet_e2e.clusterctl_templates import FLAVORS, Flavor, assemble, expand, required, stale, variables
 from capfleet_e2e.kubebin import repo_root
-from capfleet_e2e.nodeimage.versions import NodeImageVersions
+from capfleet_images.nodeimage.versions import NodeImageVersions
 
 NODE_SCRIPTS = {
     "KubeadmControlPlane": {

@@ -22,9 +22,9 @@ from baremetal_provision.ramdisk_args import (  # type: ignore[import-untyped]
     hints_arg,
 )
 from baremetal_provision.reports import signature  # type: ignore[import-untyped]
-from capfleet_e2e.deployramdisk import build
-from capfleet_e2e.deployramdisk.build import recipe_digest
 from capfleet_e2e.pki import CertificateAuthority
+from capfleet_images.deployramdisk import build
+from capfleet_images.deployramdisk.build import recipe_digest
 
 LIB = build.PACKAGE_DIR / "deploy_lib.sh"
 MIB, GIB = 2**20, 2**30

@@ -33,9 +33,9 @@ from baremetal_provision.ramdisk_args import (  # type: ignore[import-untyped]
     deploy_args,
 )
 from baremetal_provision.reports import signed  # type: ignore[import-untyped]
-from capfleet_e2e.deployramdisk.build import DeployRamdisk, ensure_deploy_ramdisk
 from capfleet_e2e.kubebin import artifacts_dir
-from capfleet_e2e.nodeimage.disk import Partition, mbr
+from capfleet_images.deployramdisk.build import DeployRamdisk, ensure_deploy_ramdisk
+from capfleet_images.nodeimage.disk import Partition, mbr
 
 MIB, GIB = 2**20, 2**30
 IMAGE_BYTES = 64 * MIB

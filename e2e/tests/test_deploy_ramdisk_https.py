@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from capfleet_e2e.deployramdisk.build import DeployRamdisk, ensure_deploy_ramdisk
 from capfleet_e2e.pki import CertificateAuthority
+from capfleet_images.deployramdisk.build import DeployRamdisk, ensure_deploy_ramdisk
 
 pytestmark = [
     pytest.mark.integration,

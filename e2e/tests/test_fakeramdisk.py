@@ -19,7 +19,9 @@ from capfleet_e2e.baremetal.fakeramdisk import (
     signature,
 )
 
-DEPLOY_LIB = Path(__file__).parents[1] / "src" / "capfleet_e2e" / "deployramdisk" / "deploy_lib.sh"
+DEPLOY_LIB = (
+    Path(__file__).parents[2] / "images" / "src" / "capfleet_images" / "deployramdisk" / "deploy_lib.sh"
+)
 BOOT = "#!ipxe\nchain http://boot.example/ipxe?mac=${net0/mac:hexhyp}&uuid=${uuid}\n"
 DEPLOY = (
     "#!ipxe\nkernel http://boot.example/deploy/vmlinuz quiet capfleet.mode=deploy "

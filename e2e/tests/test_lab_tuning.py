@@ -15,8 +15,8 @@ import yaml
 from capfleet_e2e import clusterctl_templates, labtuning
 from capfleet_e2e.kubebin import ensure_kube_binaries, repo_root
 from capfleet_e2e.labtuning import HA, LIGHT_CONTROL_PLANES, LONE, TcgTuning, tuned
-from capfleet_e2e.nodeimage.versions import NodeImageVersions
 from capfleet_e2e.site import render
+from capfleet_images.nodeimage.versions import NodeImageVersions
 
 pytestmark = pytest.mark.integration  # the real kubeadm and kubelet, built from Go modules
 

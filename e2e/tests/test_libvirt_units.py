@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from capfleet_e2e.libvirt.cpio import CpioWriter
-from capfleet_e2e.libvirt.image import ImageError, find_kernel, module_files, seed_from_serial
+from capfleet_e2e.libvirt.image import seed_from_serial
+from capfleet_images.cpio import CpioWriter
+from capfleet_images.hostkernel import KernelError, find_kernel, module_files
 
 
 def test_cpio_archive_is_read_back_by_cpio_tool(tmp_path: Path) -> None:
@@ -44,7 +45,7 @@ def test_seed_is_parsed_exactly_from_a_noisy_serial_log() -> None:
 def test_modules_come_after_their_dependencies() -> None:
     try:
         _, version = find_kernel()
-    except ImageError:
+    except KernelError:
         pytest.skip("no Debian kernel installed")
     names = [p.name.split(".ko")[0] for p in module_files(version, ("virtio_net", "sr_mod"))]
     assert names.index("virtio") < names.index("virtio_net")

@@ -28,8 +28,8 @@ from capfleet.api.libvirt import VMInterface
 # The operator's own seed functions (its package has no py.typed: e2e does not type-check operators).
 from capfleet.cloudinit import meta_data, network_config
 from capfleet_e2e.kubebin import artifacts_dir
-from capfleet_e2e.nodeimage.build import NodeImage
-from capfleet_e2e.nodeimage.versions import NodeImageVersions
+from capfleet_images.nodeimage.build import NodeImage
+from capfleet_images.nodeimage.versions import NodeImageVersions
 from libvirt_vm.seeding import cidata_iso, seed_files  # type: ignore[import-untyped]
 
 pytestmark = pytest.mark.integration

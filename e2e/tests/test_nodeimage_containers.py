@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from capfleet_e2e.kubebin import repo_root
-from capfleet_e2e.nodeimage import components, containers, layers
-from capfleet_e2e.nodeimage.containers import ImageSpec
-from capfleet_e2e.nodeimage.versions import NodeImageVersions
+from capfleet_images.nodeimage import components, containers, layers
+from capfleet_images.nodeimage.containers import ImageSpec
+from capfleet_images.nodeimage.versions import NodeImageVersions
 
 
 def member_bytes(tar: tarfile.TarFile, member: tarfile.TarInfo | str) -> bytes:

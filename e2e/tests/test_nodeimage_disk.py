@@ -16,10 +16,10 @@ import pytest
 import yaml
 
 from capfleet_e2e import labimage
-from capfleet_e2e.nodeimage import disk, iptables, rootfiles, rootfs
-from capfleet_e2e.nodeimage.build import NodeImage
-from capfleet_e2e.nodeimage.disk import Partition
-from capfleet_e2e.nodeimage.versions import NodeImageVersions
+from capfleet_images.nodeimage import disk, iptables, rootfiles, rootfs
+from capfleet_images.nodeimage.build import NodeImage
+from capfleet_images.nodeimage.disk import Partition
+from capfleet_images.nodeimage.versions import NodeImageVersions
 
 VERSIONS = NodeImageVersions()
 

@@ -26,13 +26,13 @@ from capfleet.resources import MACHINE_DEPLOYMENTS
 from capfleet_e2e.baremetal.ipmi import VirtualBmc
 from capfleet_e2e.baremetal.lab import PxeLab
 from capfleet_e2e.baremetal.servers import BareMetalServer
-from capfleet_e2e.deployramdisk.build import DeployRamdisk
 from capfleet_e2e.metalsite import NODE_SERVER, Metal, open_metal
 from capfleet_e2e.netbox.fixtures import NetboxInstance
-from capfleet_e2e.nodeimage.build import NodeImage
 from capfleet_e2e.nodesite import NodeSite
 from capfleet_e2e.serviceaccounts import RunOperatorAs
 from capfleet_e2e.waiting import eventually
+from capfleet_images.deployramdisk.build import DeployRamdisk
+from capfleet_images.nodeimage.build import NodeImage
 
 pytestmark = [pytest.mark.integration, pytest.mark.full, pytest.mark.timeout(7200)]
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from capfleet_e2e.kubebin import repo_root
-from capfleet_e2e.nodeimage.versions import NodeImageVersions
+from capfleet_images.nodeimage.versions import NodeImageVersions
 
 TEMPLATES_DIR = Path("deploy") / "clusterctl"
 PARTS_DIR = TEMPLATES_DIR / "parts"

@@ -39,17 +39,17 @@ from capfleet_e2e.baremetal.servers import BareMetalServer
 from capfleet_e2e.capi import CapiManagers
 from capfleet_e2e.console import CHROMIUM, DemoConsole, demo_console
 from capfleet_e2e.controlplane import ControlPlane
-from capfleet_e2e.deployramdisk.build import DeployRamdisk, ensure_deploy_ramdisk
 from capfleet_e2e.kubebin import artifacts_dir
 from capfleet_e2e.labimage import lab_qcow2
 from capfleet_e2e.metalsite import HYBRID_TEMPLATE, NODE_SERVER, open_metal
 from capfleet_e2e.netbox.fixtures import NetboxInstance, RealNetboxes, instance_behind
 from capfleet_e2e.netbox.proxy import NetboxProxy
 from capfleet_e2e.netbox.releases import DEFAULT_RELEASE
-from capfleet_e2e.nodeimage.build import NodeImage, ensure_node_image
 from capfleet_e2e.nodesite import VM_TEMPLATE, NodeLab, NodeSite, open_node_site
 from capfleet_e2e.operators import OperatorProcess
 from capfleet_e2e.waiting import eventually
+from capfleet_images.deployramdisk.build import DeployRamdisk, ensure_deploy_ramdisk
+from capfleet_images.nodeimage.build import NodeImage, ensure_node_image
 
 NAMESPACE = "capfleet-demo"
 CLUSTER = "demo"

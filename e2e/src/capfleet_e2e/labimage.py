@@ -21,9 +21,9 @@ import subprocess
 from pathlib import Path
 
 from capfleet_e2e.kubebin import cache_lock
-from capfleet_e2e.nodeimage.build import NodeImage
-from capfleet_e2e.nodeimage.disk import ALIGN_SECTORS, SECTOR, syslinux_cfg
-from capfleet_e2e.nodeimage.rootfiles import KERNEL_CMDLINE
+from capfleet_images.nodeimage.build import NodeImage
+from capfleet_images.nodeimage.disk import ALIGN_SECTORS, SECTOR, syslinux_cfg
+from capfleet_images.nodeimage.rootfiles import KERNEL_CMDLINE
 
 TCG_KERNEL_ARGS = "tsc=reliable mitigations=off"
 

@@ -31,13 +31,13 @@ from capfleet import resources
 from capfleet_e2e.baremetal.ipmi import VirtualBmc
 from capfleet_e2e.baremetal.lab import PxeLab
 from capfleet_e2e.baremetal.servers import BareMetalServer, Shape
-from capfleet_e2e.deployramdisk.build import DeployRamdisk
 from capfleet_e2e.imageserver import image_server, sha256_of
 from capfleet_e2e.labtuning import LONE, TcgTuning
 from capfleet_e2e.netbox.fixtures import NetboxInstance
-from capfleet_e2e.nodeimage.build import NodeImage
 from capfleet_e2e.nodesite import NodeSite
 from capfleet_e2e.site import OPERATOR_ENV, bmc_secret, boot_on_host, netbox_secret, record_servers
+from capfleet_images.deployramdisk.build import DeployRamdisk
+from capfleet_images.nodeimage.build import NodeImage
 
 ROOT_SERIAL = "CAPFLEET-ROOT"
 # A worker node: the node image (2.3 GiB) and its seed on a 6 GiB disk; kubelet and containerd in 1.5 GiB.

@@ -42,10 +42,10 @@ from capfleet_e2e.baremetal.relay import __file__ as _relay_file
 from capfleet_e2e.controlplane import SERVICE_CIDR, ControlPlane
 from capfleet_e2e.images import OciArchive
 from capfleet_e2e.kubebin import cache_root, ensure_kube_binaries
-from capfleet_e2e.nodeimage.components import ensure_components
-from capfleet_e2e.nodeimage.containers import ImageSpec, write_docker_archive
 from capfleet_e2e.pki import POD_NETWORK_GATEWAY, CertificateAuthority, write_private
 from capfleet_e2e.processes import Component, free_port, wait_for
+from capfleet_images.nodeimage.components import ensure_components
+from capfleet_images.nodeimage.containers import ImageSpec, write_docker_archive
 
 NODE_BINARIES = ("kubelet", "kube-proxy", "kube-scheduler")
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"

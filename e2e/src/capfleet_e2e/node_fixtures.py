@@ -18,9 +18,9 @@ from capfleet_e2e.baremetal.lab import PxeLab
 from capfleet_e2e.capi import CapiManagers
 from capfleet_e2e.controlplane import ControlPlane
 from capfleet_e2e.labimage import lab_qcow2
-from capfleet_e2e.nodeimage.build import NodeImage, ensure_node_image
 from capfleet_e2e.nodesite import NodeLab, NodeSite, open_node_site
 from capfleet_e2e.serviceaccounts import RunOperatorAs
+from capfleet_images.nodeimage.build import NodeImage, ensure_node_image
 
 
 @pytest.fixture(scope="session")

@@ -34,10 +34,10 @@ from capfleet_e2e.kubebin import HarnessError, Kubectl, repo_root
 from capfleet_e2e.labguest import with_lab_guest
 from capfleet_e2e.labtuning import LONE, TcgTuning, tuned
 from capfleet_e2e.libvirt.hypervisor import Hypervisor, start_hypervisor
-from capfleet_e2e.nodeimage.versions import NodeImageVersions
 from capfleet_e2e.site import OPERATOR_ENV, SITE_LABEL, delete_cluster, register_hypervisor, render
 from capfleet_e2e.waiting import eventually
 from capfleet_e2e.workload_access import WorkloadAccess
+from capfleet_images.nodeimage.versions import NodeImageVersions
 
 VM_TEMPLATE = Path("deploy") / "clusterctl" / "cluster-template-vm.yaml"
 POOL_LABEL = "capfleet.dev/hypervisor-pool"

@@ -28,9 +28,9 @@ from capfleet_e2e.crds import capi_module_dir
 from capfleet_e2e.kubebin import artifacts_dir, ensure_kube_binaries
 from capfleet_e2e.netbox.preinstall import Preinstall
 from capfleet_e2e.netbox.releases import DEFAULT_RELEASE, RELEASES
-from capfleet_e2e.nodeimage.build import ensure_node_image
 from capfleet_e2e.release import TEST_VERSION, Release
 from capfleet_e2e.release import build as build_release
+from capfleet_images.nodeimage.build import ensure_node_image
 
 EXISTING_KUBECONFIG_ENV = "CAPFLEET_TEST_KUBECONFIG"
 PREINSTALL = pytest.StashKey[Preinstall]()

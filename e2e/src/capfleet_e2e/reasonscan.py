@@ -661,7 +661,7 @@ def sources_in(root: Path) -> list[Source]:
     return found
 
 
-RAMDISK_SCRIPT = Path("e2e") / "src" / "capfleet_e2e" / "deployramdisk" / "deploy_init.sh"
+RAMDISK_SCRIPT = Path("images") / "src" / "capfleet_images" / "deployramdisk" / "deploy_init.sh"
 _RAMDISK_FAIL = re.compile(r"(?P<silent>callback=;\s*)?\bfail (?P<reason>[A-Z][A-Za-z]+)\b")
 
 

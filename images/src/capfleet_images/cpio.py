@@ -1,7 +1,8 @@
 """A minimal writer for the `newc` cpio format, the format the Linux kernel unpacks an initramfs from.
 
-Writing the archive in Python keeps the test image reproducible and free of external tools (no `cpio`,
-no root for device nodes: /dev/console is just an archive entry).
+Writing the archive in Python keeps the deploy ramdisk (and the test harness's test image, which uses it
+too) reproducible and free of external tools (no `cpio`, no root for device nodes: /dev/console is just an
+archive entry).
 """
 
 from __future__ import annotations

@@ -19,9 +19,9 @@ from capfleet.kube import Kube
 from capfleet_e2e.baremetal.ipmi import VirtualBmc
 from capfleet_e2e.baremetal.lab import PxeLab
 from capfleet_e2e.baremetal.servers import BareMetalServer
-from capfleet_e2e.deployramdisk.build import DeployRamdisk
 from capfleet_e2e.libvirt.image import TestImage
 from capfleet_e2e.waiting import eventually
+from capfleet_images.deployramdisk.build import DeployRamdisk
 
 INSTANCES = kinds.BAREMETAL_INSTANCE.resource
 OPERATOR_ENV = {"CAPFLEET_BMC_SHUTDOWN_SECONDS": "3", "CAPFLEET_BMC_POWER_WAIT_SECONDS": "20"}

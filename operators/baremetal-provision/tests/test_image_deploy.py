@@ -35,12 +35,12 @@ from baremetal_provision import markers
 from capfleet.kube import Kube
 from capfleet_e2e.baremetal.lab import PxeLab
 from capfleet_e2e.baremetal.servers import BareMetalServer, Shape
-from capfleet_e2e.deployramdisk.build import DeployRamdisk
 from capfleet_e2e.fixtures import RunOperator
 from capfleet_e2e.imageserver import image_server, sha256_of
-from capfleet_e2e.nodeimage.build import NodeImage
 from capfleet_e2e.operators import OperatorProcess
 from capfleet_e2e.waiting import eventually
+from capfleet_images.deployramdisk.build import DeployRamdisk
+from capfleet_images.nodeimage.build import NodeImage
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]
 

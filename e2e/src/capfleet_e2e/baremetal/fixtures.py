@@ -12,8 +12,8 @@ import pytest
 from capfleet_e2e.baremetal.lab import PxeLab
 from capfleet_e2e.baremetal.netboot import ensure_netboot_image
 from capfleet_e2e.baremetal.servers import DEFAULT_SHAPE, BareMetalServer, Shape
-from capfleet_e2e.deployramdisk.build import DeployRamdisk, ensure_deploy_ramdisk
 from capfleet_e2e.libvirt.image import TestImage
+from capfleet_images.deployramdisk.build import DeployRamdisk, ensure_deploy_ramdisk
 
 
 @pytest.fixture(scope="session")

@@ -26,7 +26,8 @@ from importlib import resources
 from pathlib import Path
 
 from capfleet_e2e.kubebin import cache_root
-from capfleet_e2e.libvirt.cpio import CpioWriter
+from capfleet_images.cpio import CpioWriter
+from capfleet_images.hostkernel import find_kernel, module_files, module_name
 
 BUSYBOX = Path("/bin/busybox")
 # Loaded in this order (each after its dependencies); built-in ones are skipped.
@@ -42,7 +43,8 @@ SEED_FILES = ("user-data", "meta-data", "network-config")
 
 
 class ImageError(RuntimeError):
-    """The test image cannot be built (no Debian kernel or busybox-static installed, ...)."""
+    """The test image cannot be built (busybox-static or a boot-disk tool missing, ...; no Debian kernel is
+    capfleet_images.hostkernel.KernelError)."""
 
 
 @dataclass(frozen=True)
@@ -55,52 +57,6 @@ class TestImage:
     initrd: Path
     kernel_version: str
     cmdline: str = CMDLINE
-
-
-def find_kernel() -> tuple[Path, str]:
-    """The newest /boot/vmlinuz-<version> that has its modules in /lib/modules/<version>."""
-    candidates = []
-    for vmlinuz in Path("/boot").glob("vmlinuz-*"):
-        version = vmlinuz.name.removeprefix("vmlinuz-")
-        if (Path("/lib/modules") / version / "modules.dep").is_file():
-            candidates.append((tuple(int(n) for n in re.findall(r"\d+", version)), vmlinuz, version))
-    if not candidates:
-        raise ImageError(
-            "no Debian kernel with modules in /boot and /lib/modules (install linux-image-amd64)"
-        )
-    _, vmlinuz, version = max(candidates)
-    return vmlinuz, version
-
-
-def module_files(version: str, names: tuple[str, ...] = MODULES) -> list[Path]:
-    """The .ko files for `names` and their dependencies, in load order (built-in modules are left out)."""
-    moddir = Path("/lib/modules") / version
-    deps: dict[str, list[str]] = {}
-    by_name: dict[str, str] = {}
-    for line in (moddir / "modules.dep").read_text().splitlines():
-        path, _, rest = line.partition(":")
-        deps[path] = rest.split()
-        by_name[_module_name(path)] = path
-    builtin = {_module_name(p) for p in (moddir / "modules.builtin").read_text().split()}
-    ordered: list[str] = []
-
-    def visit(path: str) -> None:
-        if path in ordered:
-            return
-        for dep in reversed(deps.get(path, [])):
-            visit(dep)
-        ordered.append(path)
-
-    for name in names:
-        if name in by_name:
-            visit(by_name[name])
-        elif name not in builtin:
-            raise ImageError(f"kernel {version} has no module {name}")
-    return [moddir / p for p in ordered]
-
-
-def _module_name(path: str) -> str:
-    return Path(path).name.split(".ko")[0].replace("-", "_")
 
 
 def _guest_init() -> str:
@@ -131,7 +87,7 @@ def build_initrd(modules: list[Path], out: Path, init: str | None = None) -> Non
         cpio.file("init", (init if init is not None else _guest_init()).encode(), 0o755)
         order = []
         for path in modules:
-            name = _module_name(path.name)
+            name = module_name(path.name)
             cpio.file(f"modules/{name}.ko", path.read_bytes(), 0o644)
             order.append(name)
         cpio.file("modules/order", ("\n".join(order) + "\n").encode(), 0o644)
@@ -144,7 +100,7 @@ def ensure_test_image(cache: Path | None = None, init: str | None = None) -> Tes
     `init` replaces guest_init.sh as /init (a variant such as the network-booting one of
     capfleet_e2e.baremetal); each variant is cached under its own key."""
     kernel, version = find_kernel()
-    modules = module_files(version)
+    modules = module_files(version, MODULES)
     init_text = init if init is not None else _guest_init()
     target = (cache or cache_root() / "testimage") / _cache_key(kernel, modules, init_text)
     if not (target / "initrd.img").is_file():

@@ -1,7 +1,7 @@
 """Building capfleet's deploy ramdisk once per machine, from the host's Debian packages, and caching it.
 
 A bare-metal server network-boots this kernel and initramfs to get its operating system written to disk
-(deploy_init.sh says what it does). Like the test image (capfleet_e2e.libvirt.image), it is the host's
+(deploy_init.sh says what it does). Like the test harness's test image, it is the host's
 Debian kernel with the modules a server's disks and NIC need, busybox-static, and an /init script; unlike
 it, it also carries real programs with their shared libraries (found by `ldd`, copied with their
 symlinks): qemu-img (qcow2 to raw), sfdisk (the seed partition, GPT too), wipefs (cleaning), mkfs.fat
@@ -27,10 +27,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from capfleet_e2e.kubebin import cache_lock, cache_root
-from capfleet_e2e.libvirt.cpio import CpioWriter
-from capfleet_e2e.libvirt.image import find_kernel, module_files
-from capfleet_e2e.nodeimage.iptables import copy_path
+from capfleet_images.cache import cache_lock, cache_root
+from capfleet_images.cpio import CpioWriter
+from capfleet_images.hostkernel import find_kernel, module_files
+from capfleet_images.nodeimage.iptables import copy_path
 
 BUSYBOX = "/usr/bin/busybox"
 # Program → the Debian package that ships it (named in the error when missing).
@@ -53,7 +53,7 @@ MODULES = (
 )  # fmt: skip
 SCRIPTS = ("deploy_init.sh", "deploy_lib.sh")
 PACKAGE_DIR = Path(__file__).parent
-RECIPE = (PACKAGE_DIR, PACKAGE_DIR.parent / "libvirt" / "cpio.py")
+RECIPE = (PACKAGE_DIR, PACKAGE_DIR.parent / "cpio.py")
 BUILD_RECORD = "build.json"
 ETC_FILES = {
     "etc/nsswitch.conf": "hosts: files dns\n",

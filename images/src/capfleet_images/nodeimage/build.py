@@ -18,15 +18,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from capfleet_e2e.kubebin import NODE_KUBE_BINARIES, cache_lock, cache_root, ensure_kube_binaries, repo_root
-from capfleet_e2e.nodeimage import components, containers, disk, iptables, rootfs
-from capfleet_e2e.nodeimage.versions import NodeImageVersions
+from capfleet_images.cache import NODE_KUBE_BINARIES, cache_lock, cache_root, ensure_kube_binaries, repo_root
+from capfleet_images.nodeimage import components, containers, disk, iptables, rootfs
+from capfleet_images.nodeimage.versions import NodeImageVersions
 
 QCOW2 = "disk.qcow2"
 RAW = "disk.raw"
 BUILD_RECORD = "build.json"
 RECIPE = (
-    Path("e2e/src/capfleet_e2e/nodeimage"),
+    Path("images/src/capfleet_images/nodeimage"),
     Path("hack/build-kube.sh"),
     Path("hack/build-node-components.sh"),
 )

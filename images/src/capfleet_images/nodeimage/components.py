@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from capfleet_e2e.kubebin import cache_root, ensure_built, repo_root
-from capfleet_e2e.nodeimage.versions import (
+from capfleet_images.cache import cache_root, ensure_built, repo_root
+from capfleet_images.nodeimage.versions import (
     COREDNS_VERSION,
     ETCD_VERSION,
     KUBE_VIP_VERSION,

@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from capfleet_e2e.nodeimage import layers
-from capfleet_e2e.nodeimage.layers import MTIME, Files
-from capfleet_e2e.nodeimage.versions import NodeImageVersions
+from capfleet_images.nodeimage import layers
+from capfleet_images.nodeimage.layers import MTIME, Files
+from capfleet_images.nodeimage.versions import NodeImageVersions
 
 DEFAULT_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 CREATED = "2000-01-01T00:00:00Z"  # layers.MTIME as a time stamp

@@ -19,8 +19,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from capfleet_e2e.nodeimage.rootfiles import KERNEL_CMDLINE, ROOT_LABEL
-from capfleet_e2e.nodeimage.rootfs import RootfsError, kernel_files
+from capfleet_images.nodeimage.rootfiles import KERNEL_CMDLINE, ROOT_LABEL
+from capfleet_images.nodeimage.rootfs import RootfsError, kernel_files
 
 SECTOR = 512
 MIB = 1024 * 1024

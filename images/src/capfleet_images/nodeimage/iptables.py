@@ -15,7 +15,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from capfleet_e2e.nodeimage.rootfs import RootfsError, inside
+from capfleet_images.nodeimage.rootfs import RootfsError, inside
 
 PACKAGES = (
     "iptables", "libxtables12", "libip4tc2", "libip6tc2", "libnftnl11", "libmnl0",

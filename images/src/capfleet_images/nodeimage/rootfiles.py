@@ -9,7 +9,7 @@ datasource list, and the root file system's fstab (by label: clones and bare-met
 
 from __future__ import annotations
 
-from capfleet_e2e.nodeimage.versions import NodeImageVersions
+from capfleet_images.nodeimage.versions import NodeImageVersions
 
 ROOT_LABEL = "rootfs"
 KERNEL_CMDLINE = f"root=LABEL={ROOT_LABEL} ro console=tty0 console=ttyS0,115200n8 apparmor=0"

@@ -15,8 +15,8 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from capfleet_e2e.nodeimage import rootfiles
-from capfleet_e2e.nodeimage.versions import NodeImageVersions
+from capfleet_images.nodeimage import rootfiles
+from capfleet_images.nodeimage.versions import NodeImageVersions
 
 SUITE = "bookworm"
 PACKAGES = (

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from capfleet_e2e.kubebin import KUBE_VERSION
+from capfleet_images.cache import KUBE_VERSION
 
 # A name no registry answers to: kubeadm finds every image already present and never pulls.
 IMAGE_REPOSITORY = "registry.capfleet.invalid"

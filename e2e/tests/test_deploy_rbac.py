@@ -9,7 +9,8 @@ checks prove they grant no more than the design needs:
 - no operator can write a CRD, or the status of another operator's kinds, and only the glue writes
   another operator's objects: exactly the intermediate kinds it creates; libvirt-vm writes only the
   status of VMQuotas (administrators set them);
-- each operator reads and renews only its own leader-election Lease, in capfleet-system only;
+- each operator creates and renews only its own leader-election Leases (its own and its shards'), in
+  capfleet-system only: RBAC allows Leases there, deploy/base's admission policy names which;
 - each may create TokenReviews and SubjectAccessReviews (its secure /metrics endpoint asks who a
   scraper is and whether it may read metrics);
 - deploy/base's admission policy lets an operator change nothing on a Secret but its own finalizers.
@@ -133,21 +134,22 @@ def test_no_operator_writes_crds_or_another_operators_objects(admin: Kubectl, op
 
 
 def lease_rules(operator: str) -> dict[Access, bool]:
+    """RBAC's part: Leases in capfleet-system only, never listed or deleted (which of them an operator may
+    create or change is the admission policy's part, test_each_operator_writes_only_its_own_leases)."""
     user, group = service_account_user(operator), "coordination.k8s.io"
     expected: dict[Access, bool] = {
         (user, "create", group, "leases", NAMESPACE): True,
         (user, "create", group, "leases", "default"): False,
         (user, "list", group, "leases", NAMESPACE): False,
+        (user, "watch", group, "leases", NAMESPACE): False,
         (user, "delete", group, f"leases:capfleet-{operator}", NAMESPACE): False,
     }
     expected[(user, "create", "authentication.k8s.io", "tokenreviews", "")] = True
     expected[(user, "create", "authorization.k8s.io", "subjectaccessreviews", "")] = True
     for verb in ("get", "patch"):
-        expected[(user, verb, group, f"leases:capfleet-{operator}", NAMESPACE)] = True
-        expected[(user, verb, group, f"leases:capfleet-{operator}", "default")] = False
-        for other in OPERATORS:
-            if other != operator:
-                expected[(user, verb, group, f"leases:capfleet-{other}", NAMESPACE)] = False
+        for lease in (f"capfleet-{operator}", f"capfleet-{operator}-shard-a"):
+            expected[(user, verb, group, f"leases:{lease}", NAMESPACE)] = True
+            expected[(user, verb, group, f"leases:{lease}", "default")] = False
     return expected
 
 
@@ -158,6 +160,61 @@ def test_each_operator_holds_only_its_own_lease_and_may_review_scrapers(
     expected = lease_rules(operator)
     answers = allowed(admin, list(expected))
     assert {q: a for q, a in answers.items() if a != expected[q]} == {}
+
+
+def lease(name: str, holder: str) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15},
+        }
+    )
+
+
+def create_refused(kubectl: Kubectl, manifest: str) -> str | None:
+    """kubectl create's error, None if it was created."""
+    try:
+        kubectl("create", "-f", "-", stdin=manifest)
+    except HarnessError as refused:
+        return str(refused)
+    return None
+
+
+def test_each_operator_writes_only_its_own_leases(
+    admin: Kubectl, control_plane: Cluster, tmp_path: Path
+) -> None:
+    """With its own token, an operator creates and renews its Lease and a shard's, and is refused
+    another operator's: neither squatted before that operator starts nor taken over while it runs."""
+    kubeconfig = service_account_kubeconfig(control_plane, "netbox-device", tmp_path / "nd.kubeconfig")
+    as_operator = Kubectl(admin.binary, kubeconfig)
+    suffix = secrets.token_hex(3)
+    running = f"capfleet-ipam-address-{suffix}"  # another operator's shard, already held
+    admin("create", "-f", "-", stdin=lease(running, "ipam-address-0"))
+    try:
+        # A new policy takes effect once the API server's informer has it: wait for the first refusal.
+        squatted = f"capfleet-libvirt-vm-{suffix}"
+        deadline = time.monotonic() + 30
+        while (refusal := create_refused(as_operator, lease(squatted, "netbox-device-0"))) is None:
+            admin("delete", "lease", squatted, "-n", NAMESPACE)
+            assert time.monotonic() < deadline, "the admission policy never refused another operator's Lease"
+            time.sleep(0.5)
+        assert "may hold only its own Leases" in refusal
+        renew = '{"spec": {"holderIdentity": "netbox-device-0"}}'
+        with pytest.raises(HarnessError, match="may hold only its own Leases"):
+            as_operator("patch", "lease", running, "-n", NAMESPACE, "--type=merge", "-p", renew)
+        holder = admin("get", "lease", running, "-n", NAMESPACE, "-o", "jsonpath={.spec.holderIdentity}")
+        assert holder == "ipam-address-0"
+        for own in (f"capfleet-netbox-device-{suffix}", "capfleet-netbox-device"):
+            as_operator("create", "-f", "-", stdin=lease(own, "netbox-device-0"))
+            as_operator("patch", "lease", own, "-n", NAMESPACE, "--type=merge", "-p", renew)
+            admin("delete", "lease", own, "-n", NAMESPACE)
+        # A name that only starts like its own is another operator's (or nobody's).
+        with pytest.raises(HarnessError, match="may hold only its own Leases"):
+            as_operator("create", "-f", "-", stdin=lease("capfleet-netbox-devicex", "netbox-device-0"))
+    finally:
+        admin("delete", "lease", running, "-n", NAMESPACE, "--ignore-not-found")
 
 
 def test_operators_may_change_nothing_on_a_secret_but_their_own_holds(

@@ -47,6 +47,7 @@ BMC_SECRET = "bmc"
 # The lab's BMCs (sushy-tools and virtualbmc) listen on loopback: the only network credentials may go to.
 LAB_BMC_NETWORK = "127.0.0.0/8"
 HYBRID_TEMPLATE = Path("deploy") / "clusterctl" / "cluster-template.yaml"
+BAREMETAL_TEMPLATE = Path("deploy") / "clusterctl" / "cluster-template-baremetal.yaml"
 REDFISH_SYSTEM_PATH = "/redfish/v1/Systems/{serial}"
 METAL_OPERATORS = ("netbox_device", "baremetal_provision")
 
@@ -63,13 +64,15 @@ class Metal:
     operators: dict[str, Any]
 
     def template_variables(self) -> dict[str, str]:
-        """The bare-metal variables of cluster-template.yaml for these servers."""
+        """The bare-metal variables of the default and baremetal flavors for these servers (one NetBox role
+        for workers and control planes: the suites decide which servers are free)."""
         return {
             "CAPFLEET_NETBOX_SECRET": "netbox",
             "CAPFLEET_BMC_CREDENTIALS_SECRET": BMC_SECRET,
             "CAPFLEET_BMC_NETWORK": LAB_BMC_NETWORK,
             "CAPFLEET_BMC_SYSTEM_PATH": REDFISH_SYSTEM_PATH,
             "CAPFLEET_WORKER_DEVICE_ROLE": self.role,
+            "CAPFLEET_CONTROL_PLANE_DEVICE_ROLE": self.role,
             "CAPFLEET_IMAGE_URL": self.image["url"],
             "CAPFLEET_IMAGE_CHECKSUM": self.image["checksum"],
             "CAPFLEET_IMAGE_FORMAT": self.image["format"],
@@ -78,13 +81,19 @@ class Metal:
         }
 
     def cluster(
-        self, site: NodeSite, tuning: TcgTuning = LONE, *, record_vms: bool = False, **overrides: str
+        self,
+        site: NodeSite,
+        tuning: TcgTuning = LONE,
+        *,
+        template: Path = HYBRID_TEMPLATE,
+        record_vms: bool = False,
+        **overrides: str,
     ) -> str:
-        """cluster-template.yaml rendered for the site and these servers, patched for the lab."""
+        """A shipped flavor with bare-metal machines (the default one unless told) rendered for the site
+        and these servers, patched for the lab."""
         variables = {**self.template_variables(), **overrides}
-        return self.lab_patch(
-            site.manifest(tuning, template=HYBRID_TEMPLATE, **variables), record_vms=record_vms
-        )
+        manifest = site.manifest(tuning, template=template, **variables)
+        return self.lab_patch(manifest, record_vms=record_vms)
 
     def lab_patch(self, manifest: str, *, record_vms: bool = False) -> str:
         """What only the lab sets: each cluster's own boot server URL (a data centre sets the operator's

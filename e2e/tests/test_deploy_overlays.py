@@ -292,3 +292,27 @@ def test_the_console_overlay_acts_only_by_impersonation_and_offers_roles_for_its
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "capfleet-console-manager", "namespace": NAMESPACE}
     ]
+
+
+def test_boot_exposed_keeps_the_servers_source_addresses(tmp_path: Path) -> None:
+    """The boot server binds an attempt to the address that fetched its script: exposed outside the cluster,
+    the boot Service must not source-NAT (externalTrafficPolicy Local), and it still selects the leader."""
+    overlay = copy_deploy_tree(tmp_path) / "deploy" / "overlays" / "with-boot-exposed"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        "resources: [../baremetal-provision]\ncomponents: [../../components/boot-exposed]\n"
+    )
+    [boot] = [
+        o
+        for o in documents(build(overlay))
+        if o["kind"] == "Service" and o["metadata"]["name"].endswith("-boot")
+    ]
+    assert (boot["spec"]["type"], boot["spec"]["externalTrafficPolicy"]) == ("LoadBalancer", "Local")
+    assert boot["spec"]["selector"]["capfleet.dev/leader"] == "true"
+    plain = copy_deploy_tree(tmp_path / "plain") / "deploy" / "overlays" / "baremetal-provision"
+    [shipped] = [
+        o
+        for o in documents(build(plain))
+        if o["kind"] == "Service" and o["metadata"]["name"].endswith("-boot")
+    ]
+    assert "externalTrafficPolicy" not in shipped["spec"]  # a ClusterIP takes none

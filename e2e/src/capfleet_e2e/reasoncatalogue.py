@@ -700,6 +700,16 @@ BAREMETAL_PROVISION = Group(
             one attempt causes it too; the next attempt has a new key.""",
         ),
         Reason(
+            "CleanedBeforeCleanerBooted",
+            "a Warning Event on the BaremetalInstance",
+            """A `cleaned` callback, or a request for the cleaning key, came while the server was being
+            deprovisioned but before any address had fetched its cleaning script. The server's own cleaner
+            fetches the script first, so this was someone else on the provisioning network trying to have
+            the disk released unwiped. It is refused: the deletion keeps waiting for the real cleaner.""",
+            """Investigate the address in the message. Nothing to do for the server: its cleaner boots,
+            fetches its script (which binds the cleaning to its address) and calls back as usual.""",
+        ),
+        Reason(
             "CertificateNotTrusted",
             "BaremetalInstance `BMCReachable=False` and a Warning Event",
             """The BMC's TLS certificate is not signed by the credentials Secret's `caBundle` (or, without

@@ -15,8 +15,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from boot_server_harness import FakeKube, instance, serving_of, serving_with
 
-from baremetal_provision import imagecache, markers, reports
+from baremetal_provision import front, imagecache, markers, reports
 from baremetal_provision.contexts import OpenedAttempts
+from baremetal_provision.settings import BaremetalSettings
 
 IMAGE_BYTES = bytes(range(256)) * 4096
 DIGEST = hashlib.sha256(IMAGE_BYTES).hexdigest()
@@ -83,6 +84,8 @@ async def test_the_cleaner_signs_its_callback_with_a_key_of_its_own() -> None:
     kube, attempts = FakeKube(body), OpenedAttempts()
     called_back = attempts.callback("ns", "bm")
     async with serving_with(kube, body, attempts=attempts) as (client, token):
+        script = await (await client.get("/ipxe", params={"mac": "52:54:00:aa:bb:01"})).text()
+        assert f"/cleaned/{token}" in script
         key = await (await client.get(f"/key/{token}")).text()
         assert key == markers.callback_key(body["metadata"], cleaning=True)
         assert key != markers.callback_key(body["metadata"]), "not the deployment's key"
@@ -96,6 +99,58 @@ async def test_the_cleaner_signs_its_callback_with_a_key_of_its_own() -> None:
         assert (await client.post(f"/cleaned/{token}", params=signed, data=report)).status == 204
         assert markers.CLEANED in kube.annotations
         assert called_back.is_set(), "the deletion waiting for the cleaner is told at once"
+
+
+def cleaning_instance() -> dict[str, Any]:
+    image = {"url": "https://images.example/node.raw", "checksum": DIGEST}
+    body = image_instance(image, {markers.CALLED_BACK: "2026-01-01T00:00:00Z"})
+    body["metadata"]["deletionTimestamp"] = "2026-01-02T00:00:00Z"
+    return body
+
+
+async def test_a_cleaned_before_the_cleaner_booted_is_ignored_and_reported() -> None:
+    """Someone on the provisioning network who knows the cleaning token and posts `cleaned` (or asks for
+    the cleaning key) before the server's cleaner fetched its script is refused: the disk stays to be
+    cleaned, and a Warning Event says who asked."""
+    body = cleaning_instance()
+    kube = FakeKube(body)
+    async with serving_with(kube, body) as (client, token):
+        assert (await client.post(f"/cleaned/{token}", params={"result": "cleaned"})).status == 403
+        assert (await client.get(f"/key/{token}")).status == 403
+        assert markers.CLEANED not in kube.annotations
+        assert markers.CLEANING_KEY_FETCHED not in kube.annotations
+        assert {(e["type"], e["reason"]) for e in kube.events} == {("Warning", "CleanedBeforeCleanerBooted")}
+        assert "127.0.0.1" in kube.events[0]["message"]
+
+
+async def test_the_cleaning_has_its_own_token_and_is_bound_to_the_cleaners_address() -> None:
+    """The deployment's token (seen in its URLs) cannot report the server cleaned, and once the cleaner
+    fetched its script from one address, another address gets neither the cleaning key nor `cleaned`."""
+    body = cleaning_instance()
+    kube = FakeKube(body)
+    settings = BaremetalSettings(boot_url="http://boot:8081", boot_socket="/run/capfleet-boot/boot.sock")
+    server, other = {front.REQUESTER_HEADER: "172.30.1.50"}, {front.REQUESTER_HEADER: "172.30.1.66"}
+    deployment_token = markers.token_of(body["metadata"])
+    async with serving_with(kube, body, settings=settings) as (client, token):
+        assert token != deployment_token
+        assert (await client.post(f"/cleaned/{deployment_token}", headers=server)).status == 404
+        mac = {"mac": "52:54:00:aa:bb:01"}
+        assert (await client.get("/ipxe", params=mac, headers=server)).status == 200
+        assert kube.annotations[markers.CLEANING_REQUESTER] == "172.30.1.50"
+        assert (await client.get("/ipxe", params=mac, headers=other)).status == 403
+        assert (await client.get(f"/key/{token}", headers=other)).status == 403
+        assert (
+            await client.post(f"/cleaned/{token}", params={"result": "cleaned"}, headers=other)
+        ).status == 403
+        assert markers.CLEANED not in kube.annotations
+        assert {e["reason"] for e in kube.events} == {"BootRequestRefused"}
+        key = await (await client.get(f"/key/{token}", headers=server)).text()
+        report = b"wiped\n"
+        signed = {"result": "cleaned", "sig": reports.signature(key, "cleaned", "", report)}
+        assert (
+            await client.post(f"/cleaned/{token}", params=signed, data=report, headers=server)
+        ).status == 204
+        assert markers.CLEANED in kube.annotations
 
 
 async def test_an_unknown_reason_is_not_taken_and_a_bare_callback_is_a_success() -> None:

@@ -40,6 +40,9 @@ BOOT_REQUESTER = PREFIX + "boot-requester"
 address only (the lease iPXE got, which the deploy ramdisk's DHCP client gets again)."""
 CALLED_BACK = PREFIX + "installer-called-back-at"
 CLEANING_BOOTED = PREFIX + "cleaning-booted-at"
+CLEANING_REQUESTER = PREFIX + "cleaning-requester"
+"""The address that fetched the cleaning script: the cleaning key and the `cleaned` callback are taken from
+that address only, as a deployment attempt's are from BOOT_REQUESTER's."""
 CLEANED = PREFIX + "cleaner-called-back-at"
 FAILURE_REPORTED = PREFIX + "deploy-failure"
 FAILED_ATTEMPTS = PREFIX + "failed-attempts"
@@ -73,7 +76,7 @@ OWN_MARKS = (
 need not wake the reconcile again (kopf leaves them out of the changes it handles); the guest's marks,
 written by the boot server, a person's (detached, paused), and the failed-attempt count (rare, and a person
 may reset it) do wake it."""
-UNHEEDED_GUEST_MARKS = (BOOT_REQUESTER, CALLBACK_KEY_FETCHED, CLEANING_KEY_FETCHED)
+UNHEEDED_GUEST_MARKS = (BOOT_REQUESTER, CLEANING_REQUESTER, CALLBACK_KEY_FETCHED, CLEANING_KEY_FETCHED)
 """The guest's marks that only the boot server reads (whom it serves, and that a key was served once): no
 phase, action or status follows from them, so they wake no reconcile either (at N = 500 in
 `make bench-fleet` each woke one: a kopf record, a Secret read and a BMC query per mark and machine)."""
@@ -106,11 +109,16 @@ def new_token_secret() -> str:
     return secrets.token_hex(32)
 
 
-def token(secret: str, namespace: str, name: str, attempt: int = 0) -> str:
+def token(secret: str, namespace: str, name: str, attempt: int | None = 0) -> str:
     """The seed/callback token of one provisioning attempt: an HMAC of the instance's namespace/name (and
     the attempt after the first), so it survives a move (same annotations, same name), cannot be guessed
-    without the per-instance secret, and a token seen during a failed attempt is dead in the next one."""
-    subject = f"{namespace}/{name}" if attempt == 0 else f"{namespace}/{name}/attempt-{attempt}"
+    without the per-instance secret, and a token seen during a failed attempt is dead in the next one.
+    Cleaning (`attempt` None) has a token of its own: the deployments' tokens, seen on the provisioning
+    network in their URLs, cannot report a server cleaned."""
+    if attempt is None:
+        subject = f"{namespace}/{name}/cleaning"
+    else:
+        subject = f"{namespace}/{name}" if attempt == 0 else f"{namespace}/{name}/attempt-{attempt}"
     digest = hmac.new(secret.encode(), subject.encode(), hashlib.sha256).digest()
     return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
@@ -128,13 +136,14 @@ def callback_key(meta: Mapping[str, Any], cleaning: bool = False) -> str | None:
     return hmac.new(secret.encode(), subject.encode(), hashlib.sha256).hexdigest()
 
 
-def token_of(meta: Mapping[str, Any]) -> str | None:
-    """The token of the instance's current attempt; None before the operator gave it a secret."""
+def token_of(meta: Mapping[str, Any], cleaning: bool = False) -> str | None:
+    """The token of the instance's current attempt, or of its cleaning; None before the operator gave it a
+    secret."""
     found = annotations_of(meta)
     secret = found.get(TOKEN_SECRET)
     if not secret:
         return None
-    attempt = count(found.get(FAILED_ATTEMPTS))
+    attempt = None if cleaning else count(found.get(FAILED_ATTEMPTS))
     return token(secret, str(meta.get("namespace") or ""), str(meta["name"]), attempt)
 
 

@@ -30,7 +30,7 @@ class Served:
     """Deleted and being cleaned: the cleaning profile is served, and only the cleaning callback."""
     network_booted_at: str | None = None
     requester: str | None = None
-    """The address this attempt is bound to (the one that fetched its per-MAC script), once known."""
+    """The address this attempt (or the cleaning) is bound to: the one that fetched its per-MAC script."""
     callback_key: str = ""
     """What the deploy ramdisk's callbacks of this attempt are signed with (served once)."""
     cleaning_key: str = ""
@@ -48,16 +48,21 @@ class Served:
         return bool(self.token) and self.window_opened and not ended and not self.cleaning
 
 
+def bound_mark(cleaning: bool) -> str:
+    """The mark naming the address a deployment attempt, or the cleaning, is bound to."""
+    return markers.CLEANING_REQUESTER if cleaning else markers.BOOT_REQUESTER
+
+
 def served_of(body: Mapping[str, Any]) -> Served | None:
     """The index entry of an instance not deleted (unless it is being cleaned). One without a token yet
     (token "") serves nothing, but its MAC is known: a server asking by it makes the boot server read the
     instance afresh (`Lookup.find_current`)."""
     instance = kinds.BAREMETAL_INSTANCE.parse(body)
     meta, spec = instance.metadata, instance.spec
-    token = markers.token_of(meta) or ""
-    cleaning = bool(token) and markers.cleaning_pending(meta, spec)
+    cleaning = bool(markers.token_of(meta)) and markers.cleaning_pending(meta, spec)
     if meta.get("deletionTimestamp") and not cleaning:
         return None
+    token = markers.token_of(meta, cleaning=cleaning) or ""
     found = markers.annotations_of(meta)
     return Served(
         namespace=str(meta["namespace"]),
@@ -67,7 +72,7 @@ def served_of(body: Mapping[str, Any]) -> Served | None:
         called_back=bool(found.get(markers.CALLED_BACK)),
         cleaning=cleaning,
         network_booted_at=found.get(markers.NETWORK_BOOTED),
-        requester=found.get(markers.BOOT_REQUESTER),
+        requester=found.get(bound_mark(cleaning)),
         callback_key=markers.callback_key(meta) or "",
         cleaning_key=markers.callback_key(meta, cleaning=True) or "",
         window_opened=bool(found.get(markers.BOOT_WINDOW) or found.get(markers.NETWORK_BOOTED)),

@@ -32,7 +32,7 @@ from baremetal_provision import booting, markers, ramdisk_args, reports
 from baremetal_provision.contexts import ATTEMPTS_KEY, INSTANCES, OpenedAttempts
 from baremetal_provision.front import REQUESTER_HEADER
 from baremetal_provision.imagecache import ImageCache
-from baremetal_provision.served import Served, served_of
+from baremetal_provision.served import Served, bound_mark, served_of
 from baremetal_provision.settings import BaremetalSettings
 from capfleet import events, metrics, reconciling, resources
 from capfleet.api.baremetal import Image, OSProfile
@@ -128,12 +128,13 @@ class Lookup:
         or the instance is gone or in another attempt), and the instance as last read."""
         while True:
             body = await self.kube.get(INSTANCES, served.name, served.namespace)
-            if body is None or markers.token_of(body["metadata"]) != served.token:
+            current = served_of(body) if body is not None else None
+            if body is None or current is None or current.token != served.token:
                 return False, None, body
             marks = markers.annotations_of(body["metadata"])
             if marks.get(key):
                 return False, marks[key], body
-            if requester is not None and marks.get(markers.BOOT_REQUESTER, requester) != requester:
+            if requester is not None and marks.get(bound_mark(served.cleaning), requester) != requester:
                 return False, None, body
             version = body["metadata"]["resourceVersion"]
             patch = {"metadata": {"resourceVersion": version, "annotations": {key: value}}}
@@ -208,6 +209,8 @@ async def script_for(lookup: Lookup, served: Served, base: str, request: web.Req
     """The per-MAC script of an instance found by its MAC, as its state says."""
     mac = served.spec.boot_mac_address
     if served.cleaning:
+        if not await bind(lookup, served, request):
+            return text(booting.exit_script("the cleaning is bound to another address"), 403)
         log.info("serving the cleaning script of %s/%s to %s", served.namespace, served.name, mac)
         script = booting.cleaning_script(served.spec, lookup.ramdisk(base), base, served.token, lookup.tls())
         return text(script)
@@ -235,13 +238,13 @@ async def script_for(lookup: Lookup, served: Served, base: str, request: web.Req
 
 
 async def bind(lookup: Lookup, served: Served, request: web.Request) -> bool:
-    """Bind the attempt to the address asking for its script, unless it is bound already; whether that is
-    the address asking (always, when the address is unknown: then nothing is bound)."""
+    """Bind the attempt (or the cleaning) to the address asking for its script, unless it is bound already;
+    whether that is the address asking (always, when the address is unknown: then nothing is bound)."""
     requester = lookup.requester(request)
     if requester is None:
         return True
     try:
-        _, bound, _ = await lookup.claim(served, markers.BOOT_REQUESTER, requester)
+        _, bound, _ = await lookup.claim(served, bound_mark(served.cleaning), requester)
     except KubeError as exc:
         log.warning("cannot bind the attempt of %s/%s: %s", served.namespace, served.name, exc)
         raise web.HTTPServiceUnavailable() from exc
@@ -291,16 +294,16 @@ async def callback_key(request: web.Request) -> web.Response:
     served = await lookup.find_current(lookup.by_token, request.match_info["token"])
     if served is None:
         raise web.HTTPNotFound()
-    bound_to: str | None = None  # cleaning is not bound to an address
     if served.cleaning and booting.cleans_with_ramdisk(served.spec):
+        served = await bound_cleaning(request, served, "cleaning key")
         key, mark = served.cleaning_key, markers.CLEANING_KEY_FETCHED
     elif served.attempt_open and served.spec.image is not None:
-        if await lookup.refused(request, served):
-            raise web.HTTPForbidden(text="this attempt is bound to another address")
         key, mark = served.callback_key, markers.CALLBACK_KEY_FETCHED
-        bound_to = lookup.requester(request) or ""
     else:
         raise web.HTTPNotFound()
+    if await lookup.refused(request, served):
+        raise web.HTTPForbidden(text="this attempt is bound to another address")
+    bound_to = lookup.requester(request) or ""
     try:
         first, _, instance = await lookup.claim(served, mark, markers.now(), bound_to)
     except KubeError as exc:
@@ -329,6 +332,33 @@ async def refuse_refetch(
     message = f"a second fetch of the {what} from {asker} was refused: {why}"
     await lookup.report_refusal(served, instance, reason, message)
     raise web.HTTPForbidden(text=f"the {what} of this attempt was already fetched")
+
+
+async def bound_cleaning(request: web.Request, served: Served, what: str) -> Served:
+    """`served` as the API server has it now when the index shows no cleaner's address yet (the index
+    follows the watch, a moment behind the script's binding); refused (403, logged, a Warning Event) when
+    no address fetched the cleaning script at all: the server's own cleaner fetches the script first, so
+    an early key fetch or `cleaned` is someone else's attempt to have the disk released unwiped. Only when
+    the requester is known (behind the front, or directly): otherwise nothing is bound, as for
+    deployments."""
+    lookup = request.app[LOOKUP]
+    requester = lookup.requester(request)
+    if served.requester is not None or requester is None:
+        return served
+    try:
+        body = await lookup.kube.get(INSTANCES, served.name, served.namespace)
+    except KubeError as exc:
+        log.warning("cannot read %s/%s: %s", served.namespace, served.name, exc)
+        raise web.HTTPServiceUnavailable() from exc
+    current = served_of(body) if body is not None else None
+    if current is not None and current.token == served.token and current.requester is not None:
+        return current
+    message = (
+        f"refused the {what} from {requester}: the cleaner has not fetched its boot script yet, so this is "
+        "not the server's cleaner; the disk stays to be cleaned"
+    )
+    await lookup.report_refusal(served, body, "CleanedBeforeCleanerBooted", message)
+    raise web.HTTPForbidden(text="the cleaner has not booted")
 
 
 async def signed_body(request: web.Request, served: Served, key: str | None) -> str:
@@ -375,6 +405,9 @@ async def cleaned(request: web.Request) -> web.Response:
     served = await lookup.find_current(lookup.by_token, request.match_info["token"])
     if served is None or not served.cleaning:
         raise web.HTTPNotFound()
+    served = await bound_cleaning(request, served, "cleaned callback")
+    if await lookup.refused(request, served):
+        raise web.HTTPForbidden(text="the cleaning is bound to another address")
     key = served.cleaning_key if booting.cleans_with_ramdisk(served.spec) else None
     body = await signed_body(request, served, key)
     report = reports.read(request.query, body, served.token)

@@ -152,7 +152,9 @@ SHARED = Group(
             """Check that NetBox is up and that the Secret's `url` is its address as seen from the operator's
             pod (`kubectl -n capfleet-system exec deploy/capfleet-<operator>-manager -c manager -- python -c
             "import urllib.request; print(urllib.request.urlopen('<url>/api/status/').status)"`); network
-            policies and egress proxies in between.""",
+            policies and egress proxies in between. A NetboxDevice or NetboxVirtualMachine being deleted
+            waits for NetBox to give back what it holds; for a NetBox gone for good, annotate it
+            `netbox.capfleet.dev/detached=true` and it is deleted without NetBox (what it held there stays).""",
         ),
         Reason(
             "NoClusterIdentity",

@@ -30,7 +30,7 @@ from capfleet.kube import Kube
 from capfleet_e2e.fixtures import RunOperator
 from capfleet_e2e.netbox.fixtures import NetboxInstance
 from capfleet_e2e.waiting import eventually
-from netbox_device import claiming
+from netbox_device import claiming, contexts
 from netbox_device.backends.devices import PynetboxDevices
 
 pytestmark = pytest.mark.integration
@@ -211,3 +211,36 @@ async def test_release_restores_and_outage_converges(
 
     await eventually("o0 to be gone", gone)
     assert f"{INSTANCE}/{namespace}/o0" in owned_devices(netbox)
+
+
+async def test_a_deletion_that_needs_no_netbox_completes_without_it(
+    kube: Kube, namespace: str, run_operator: RunOperator, netbox: NetboxInstance
+) -> None:
+    """No deletion hangs on a NetBox it does not need: a claim whose Secret never existed never reached
+    NetBox and is deleted at once; a claim that holds a device while NetBox is down waits for it, until a
+    person marks it detached (NetBox gone for good), and then the device is left as NetBox has it."""
+    seed_inventory(netbox, 2)
+    await create_connection_secret(kube, namespace, netbox)
+    run_operator("netbox_device", namespaces=[namespace], env=OPERATOR_ENV)
+    await create_device_claim(kube, netbox, namespace, "lonely", connectionSecretRef={"name": "never"})
+    await wait_reason(kube, DEVICES, namespace, "lonely", "SecretMissing")
+    await create_device_claim(kube, netbox, namespace, "held")
+    await wait_reason(kube, DEVICES, namespace, "held", "Claimed")
+
+    async def gone(name: str) -> bool:
+        return await kube.get(DEVICES, name, namespace) is None
+
+    await kube.delete(DEVICES, "lonely", namespace)
+    await eventually("the claim that never reached NetBox to be deleted", lambda: gone("lonely"), 30)
+
+    netbox.faults.fail(503, count=None)
+    try:
+        await kube.delete(DEVICES, "held", namespace)
+        await wait_reason(kube, DEVICES, namespace, "held", "NetBoxUnavailable")
+        assert not await gone("held"), "a device is held: its deletion waits for NetBox"
+        detach = {"metadata": {"annotations": {contexts.DETACHED: "true"}}}
+        await kube.patch(DEVICES, "held", detach, namespace)
+        await eventually("the detached claim to be deleted", lambda: gone("held"), 60)
+    finally:
+        netbox.faults.clear()
+    assert f"{INSTANCE}/{namespace}/held" in owned_devices(netbox), "detached: NetBox is left as it is"

@@ -132,6 +132,15 @@ async def hold(kube: Kube, holder: Holder, secrets: Sequence[Mapping[str, Any]])
         await _record(kube, holder, wanted)
 
 
+async def ever_held(kube: Kube, holder: Holder) -> bool:
+    """Whether the holder ever recorded a Secret, as the API server has it now: one that never did never
+    read its connection Secret, so it never reached the system that Secret opens and holds nothing there
+    (its deletion has nothing to give back, even when the Secret never existed)."""
+    meta = holder.metadata
+    current = await kube.get(holder.resource, str(meta["name"]), holder.namespace)
+    return bool(held((current or {"metadata": meta})["metadata"]))
+
+
 async def release(kube: Kube, holder: Holder, give_back: Callable[[], Awaitable[None]]) -> None:
     """A holder's deletion: `give_back()` what it holds outside (raising to be called again), then let go
     of its Secrets; once an earlier run has let go, only let go again."""

@@ -24,6 +24,9 @@ from netbox_device.clients import Clients
 from netbox_device.settings import NetboxSettings
 
 SHARED_KEY = "netbox_device"
+DETACHED = "netbox.capfleet.dev/detached"
+"""Set by a person, as Metal3's `detached`: deletion leaves NetBox alone (the way out for a NetBox gone for
+good, or a connection Secret that will never come back); what the object held there stays as it is."""
 
 
 @dataclass
@@ -96,14 +99,16 @@ class Context(reconciling.Context):
         self, obj: NetboxDevice | NetboxVirtualMachine, what: str, give_back: Callable[[], Awaitable[None]]
     ) -> None:
         """A deletion: give back what `obj` holds in NetBox (`what` names it), unless the object is being
-        moved, then let go of its connection Secret (a run after that only lets go again); a paused
-        object waits."""
+        moved, is detached, or never reached NetBox, then let go of its connection Secret (a run after
+        that only lets go again); a paused object waits."""
 
         async def unless_moving() -> None:
-            if pausing.moving(obj.metadata):
+            if pausing.moving(obj.metadata) or DETACHED in (obj.metadata.get("annotations") or {}):
                 return
             if pausing.annotated(obj.metadata):
                 raise errors.Waiting(f"paused: {what} once the object is unpaused", reason="Paused")
+            if not await secretholds.ever_held(self.kube, holder_of(obj)):
+                return  # never reached NetBox: nothing there to give back
             await give_back()
 
         await secretholds.release(self.kube, holder_of(obj), unless_moving)

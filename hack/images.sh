@@ -90,10 +90,11 @@ if [ "$base_kind" = debian ]; then
   uv_image="localhost/capfleet/uv:$uv_version"
   if ! buildah inspect --type image "$uv_image" >/dev/null 2>&1; then
     wheels=$(mktemp -d)
-    python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$wheels" "uv==$uv_version"
-    python3 -m zipfile -e "$wheels"/uv-*.whl "$wheels/x"
+    # uv's wheel from PyPI, unpacked by uv itself: neither the workspace's virtualenv (first on PATH under
+    # `uv run`) nor Debian's python3 need carry pip.
+    uv pip install --quiet --no-deps --only-binary :all: --target "$wheels/x" "uv==$uv_version"
     c=$(buildah from scratch)
-    buildah copy --quiet --chmod 0755 "$c" "$(find "$wheels/x" -path '*/scripts/uv' -type f)" /uv >/dev/null
+    buildah copy --quiet --chmod 0755 "$c" "$wheels/x/bin/uv" /uv >/dev/null
     buildah commit --quiet --rm "$c" "$uv_image" >/dev/null
     rm -rf "$wheels"
   fi

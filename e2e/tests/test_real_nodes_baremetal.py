@@ -23,7 +23,7 @@ from capfleet_e2e.baremetal.servers import BareMetalServer, Shape
 from capfleet_e2e.metalsite import BAREMETAL_TEMPLATE, ROOT_SERIAL, open_metal
 from capfleet_e2e.netbox.fixtures import NetboxInstance
 from capfleet_e2e.nodesite import NodeSite
-from capfleet_e2e.serviceaccounts import RunOperatorAs
+from capfleet_e2e.serviceaccounts import RunOperatorAs, starter
 from capfleet_e2e.waiting import eventually
 from capfleet_images.deployramdisk.build import DeployRamdisk
 from capfleet_images.nodeimage.build import NodeImage
@@ -54,9 +54,7 @@ async def test_the_baremetal_flavor_runs_its_control_plane_on_a_server_and_clean
         netbox=netbox,
         deploy_ramdisk=deploy_ramdisk,
         node_image=node_image,
-        start_operator=lambda module, env: run_operator_as(
-            module, module.replace("_", "-"), namespaces=[site.namespace], env=env
-        ),
+        start_operator=starter(run_operator_as, site.namespace),
         workdir=tmp_path / "metal",
     ) as metal:
         started = time.monotonic()

@@ -29,7 +29,7 @@ from capfleet_e2e.baremetal.servers import BareMetalServer
 from capfleet_e2e.metalsite import NODE_SERVER, Metal, open_metal
 from capfleet_e2e.netbox.fixtures import NetboxInstance
 from capfleet_e2e.nodesite import NodeSite
-from capfleet_e2e.serviceaccounts import RunOperatorAs
+from capfleet_e2e.serviceaccounts import RunOperatorAs, starter
 from capfleet_e2e.waiting import eventually
 from capfleet_images.deployramdisk.build import DeployRamdisk
 from capfleet_images.nodeimage.build import NodeImage
@@ -70,9 +70,7 @@ async def test_bare_metal_workers_deployed_with_the_node_image_join_roll_and_are
         netbox=netbox,
         deploy_ramdisk=deploy_ramdisk,
         node_image=node_image,
-        start_operator=lambda module, env: run_operator_as(
-            module, module.replace("_", "-"), namespaces=[site.namespace], env=env
-        ),
+        start_operator=starter(run_operator_as, site.namespace),
         workdir=tmp_path / "metal",
         ipmi={ipmi.name: vbmc},
     ) as metal:

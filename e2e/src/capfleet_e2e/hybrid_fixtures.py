@@ -20,7 +20,7 @@ from capfleet_e2e.controlplane import ControlPlane
 from capfleet_e2e.libvirt.hypervisor import Hypervisor
 from capfleet_e2e.libvirt.image import TestImage
 from capfleet_e2e.netbox.fixtures import NetboxInstance
-from capfleet_e2e.serviceaccounts import RunOperatorAs
+from capfleet_e2e.serviceaccounts import RunOperatorAs, starter
 from capfleet_e2e.site import HybridSite, open_site
 
 HYBRID_CLUSTER_NAME = "hybrid"
@@ -52,9 +52,7 @@ async def hybrid_site(
         servers=baremetal_servers(2),
         netboot=netboot_image,
         netbox=netbox,
-        start_operator=lambda module, env: run_operator_as(
-            module, module.replace("_", "-"), namespaces=[namespace], env=env
-        ),
+        start_operator=starter(run_operator_as, namespace),
         workdir=tmp_path,
         cluster_name=HYBRID_CLUSTER_NAME,
     ) as site:

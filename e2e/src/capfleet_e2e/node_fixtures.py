@@ -19,7 +19,7 @@ from capfleet_e2e.capi import CapiManagers
 from capfleet_e2e.controlplane import ControlPlane
 from capfleet_e2e.labimage import lab_qcow2
 from capfleet_e2e.nodesite import NodeLab, NodeSite, open_node_site
-from capfleet_e2e.serviceaccounts import RunOperatorAs
+from capfleet_e2e.serviceaccounts import RunOperatorAs, starter
 from capfleet_images.nodeimage.build import NodeImage, ensure_node_image
 
 
@@ -56,9 +56,7 @@ async def node_site(
         namespace=namespace,
         control_plane=control_plane,
         lab=node_lab,
-        start_operator=lambda module, env: run_operator_as(
-            module, module.replace("_", "-"), namespaces=[namespace], env=env
-        ),
+        start_operator=starter(run_operator_as, namespace),
         workdir=tmp_path,
     ) as site:
         yield site

@@ -34,6 +34,16 @@ FIELD_MANAGER = "capfleet-rbac-tests"
 RunOperatorAs = Callable[..., OperatorProcess]
 
 
+def starter(
+    run_operator_as: RunOperatorAs, namespace: str
+) -> Callable[[str, dict[str, str]], OperatorProcess]:
+    """`start_operator(module, env)` for the sites: each operator as its own ServiceAccount (named after its
+    module), serving `namespace`."""
+    return lambda module, env: run_operator_as(
+        module, module.replace("_", "-"), namespaces=[namespace], env=env
+    )
+
+
 def service_account_name(operator: str) -> str:
     return f"capfleet-{operator}-manager"
 

@@ -12,7 +12,7 @@ from typing import Any, cast
 
 import pytest
 
-from capfleet import errors, events, pausing
+from capfleet import errors, events, pausing, secretholds
 from capfleet.api.base import ConnectionSecretReference
 from capfleet.kube import Kube
 from capfleet.resources import Resource
@@ -139,8 +139,16 @@ class FakeKube:
         return {"metadata": {"name": name, "uid": self.CLUSTER_UID}}
 
     async def patch(
-        self, resource: Resource, name: str, patch: dict[str, Any], namespace: str | None = None
+        self,
+        resource: Resource,
+        name: str,
+        patch: dict[str, Any],
+        namespace: str | None = None,
+        *,
+        strategic: bool = False,
     ) -> None:
+        if resource.plural == "secrets":
+            return  # letting go of a held Secret: its finalizer
         self.annotations.append(patch["metadata"]["annotations"])
 
     async def patch_status(
@@ -266,9 +274,11 @@ async def test_delete_for_move_keeps_the_claim_and_a_paused_delete_waits() -> No
     await device_claims.serve(ctx, claim())
     await device_claims.release(ctx, claim({pausing.DELETE_FOR_MOVE_ANNOTATION: ""}))
     assert netbox.device["custom_fields"][OWNER_FIELD] == "mgmt-a/ns/m0"
+    # A claim that reached NetBox held its connection Secret first (the fake clients skip that step).
+    held = {secretholds.HELD_ANNOTATION: "ns/netbox"}
     with pytest.raises(errors.Waiting):
-        await device_claims.release(ctx, claim({pausing.PAUSED_ANNOTATION: ""}))
-    await device_claims.release(ctx, claim())
+        await device_claims.release(ctx, claim({pausing.PAUSED_ANNOTATION: "", **held}))
+    await device_claims.release(ctx, claim(held))
     assert netbox.device["custom_fields"][OWNER_FIELD] is None
 
 
@@ -310,5 +320,5 @@ async def test_a_vm_is_registered_its_status_rebuilt_and_it_is_deregistered() ->
 
     await vm_serving.release(ctx, vm({pausing.DELETE_FOR_MOVE_ANNOTATION: ""}))
     assert machines.records["virtualization/virtual-machines"]
-    await vm_serving.release(ctx, vm())
+    await vm_serving.release(ctx, vm({secretholds.HELD_ANNOTATION: "ns/netbox"}))
     assert not machines.records["virtualization/virtual-machines"]

@@ -1297,6 +1297,7 @@ RELAYS: dict[tuple[str, str, str], Relay] = {
         yields=("ProvisioningTimedOut",),
     ),
     ("baremetal_provision.reporting", "InstanceStatus.failed", "exc.reason"): Relay(_ERROR),
+    ("netbox_device.contexts", "Context.release.unless_moving", "exc.reason"): Relay(_ERROR),
     ("baremetal_provision.reports", "read", "query.get('reason', '')"): Relay(
         "the reason the deploy ramdisk sends, taken only when it is one of `REASONS` (else `DeployFailed`)"
     ),

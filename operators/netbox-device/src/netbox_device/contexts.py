@@ -96,11 +96,16 @@ class Context(reconciling.Context):
         return await self.shared.clients.machines(self.kube, holder_of(vm), ref)
 
     async def release(
-        self, obj: NetboxDevice | NetboxVirtualMachine, what: str, give_back: Callable[[], Awaitable[None]]
+        self,
+        body: Mapping[str, Any],
+        obj: NetboxDevice | NetboxVirtualMachine,
+        what: str,
+        give_back: Callable[[], Awaitable[None]],
     ) -> None:
         """A deletion: give back what `obj` holds in NetBox (`what` names it), unless the object is being
         moved, is detached, or never reached NetBox, then let go of its connection Secret (a run after
-        that only lets go again); a paused object waits."""
+        that only lets go again); a paused object waits. A give-back that fails says why on Ready (with
+        its Event) while the deletion waits: a claim stuck Terminating names what it waits for."""
 
         async def unless_moving() -> None:
             if pausing.moving(obj.metadata) or DETACHED in (obj.metadata.get("annotations") or {}):
@@ -109,7 +114,13 @@ class Context(reconciling.Context):
                 raise errors.Waiting(f"paused: {what} once the object is unpaused", reason="Paused")
             if not await secretholds.ever_held(self.kube, holder_of(obj)):
                 return  # never reached NetBox: nothing there to give back
-            await give_back()
+            try:
+                await give_back()
+            except errors.CapfleetError as exc:
+                recorder = reconciling.Recorder(self, holder_of(obj).resource, body, None)
+                recorder.note(Update.false(conditions.READY, exc.reason, exc.message))
+                await recorder.finish()
+                raise
 
         await secretholds.release(self.kube, holder_of(obj), unless_moving)
 

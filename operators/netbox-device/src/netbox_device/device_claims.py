@@ -110,4 +110,4 @@ async def release(ctx: Context, body: Mapping[str, Any]) -> None:
     async def give_back() -> None:
         await claiming.release(await ctx.devices(claim), ctx.owner(claim))
 
-    await ctx.release(claim, "the device is released", give_back)
+    await ctx.release(body, claim, "the device is released", give_back)

@@ -61,4 +61,4 @@ async def release(ctx: Context, body: Mapping[str, Any]) -> None:
     async def give_back() -> None:
         await registering.deregister(await ctx.machines(vm), ctx.owner(vm))
 
-    await ctx.release(vm, "the VM is deregistered", give_back)
+    await ctx.release(body, vm, "the VM is deregistered", give_back)

@@ -6,6 +6,8 @@ admission policies and the operators' shipped RBAC.
   or change `spec.hypervisorName`; libvirt-vm (which places VMs) and cluster administrators may.
 - A LibvirtVM annotated `libvirt.capfleet.dev/detached` is deleted leaving its domain running and no longer
   counted: a tenant may not add the annotation; administrators may.
+- A disk whose base image names another VM's volume (`<namespace>_<name>_...`) would copy its disk or
+  seed: the API server refuses such a name.
 """
 
 from __future__ import annotations
@@ -131,3 +133,18 @@ def test_a_tenant_may_neither_place_a_vm_nor_detach_it(
     assert stored["metadata"]["annotations"][DETACHED] == "true"
     admin("annotate", "libvirtvm", "mine", *ns, f"{DETACHED}-")
     admin("delete", "libvirtvm", "mine", *ns, "--wait=false")
+
+
+def test_a_tenant_may_not_name_another_vms_volume_as_a_base_image(
+    tenant: tuple[Kubectl, Kubectl, str],
+) -> None:
+    """Every VM's own volumes are `<namespace>_<name>_...`: a disk whose image has `_` (or a path) is
+    refused by the API server, whatever the hypervisors offer, so no tenant clones another's disk or
+    seed. (Which volumes a VM may clone is the Hypervisor's `spec.baseImages`, checked by libvirt-vm:
+    test_faults_and_placement.)"""
+    alice, _admin, namespace = tenant
+    for image in ("other-tenant_db_root.qcow2", "other-tenant_db_cidata.iso", "../images/x.qcow2"):
+        disks = [{"name": "root", "sizeGiB": 20, "sourceImage": image}]
+        error = refused(alice, "create", "-n", namespace, "-f", "-", stdin=vm("thief", disks=disks))
+        assert "sourceImage" in (error or ""), image
+    alice("create", "-n", namespace, "-f", "-", stdin=vm("honest"))  # the sample's debian-12

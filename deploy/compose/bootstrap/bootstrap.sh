@@ -29,4 +29,5 @@ spec:
   sshKeySecretRef: {name: hypervisor-ssh, namespace: capfleet-system}
   knownHostsSecretRef: {name: hypervisor-ssh, namespace: capfleet-system}
   storagePool: default
+  baseImages: ["*.qcow2"]
 YAML

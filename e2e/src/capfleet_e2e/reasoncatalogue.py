@@ -409,6 +409,16 @@ LIBVIRT_VM = Group(
             and `virsh pool-refresh <pool>`.""",
         ),
         Reason(
+            "BaseImageNotOffered",
+            "LibvirtVM `Scheduled=False`, or `DisksReady=False` on the hypervisor its spec names",
+            """A disk clones a volume that no matching Hypervisor lists in `spec.baseImages`, so the VM is
+            not placed, or is not built on the hypervisor its spec names. Nothing is made on any host.
+            Retried (10-15 s at first, doubling to 2-5 minutes), so a listed image is picked up.""",
+            """Use an image the hypervisors offer (`kubectl get hypervisor <name> -o
+            jsonpath='{.spec.baseImages}'`), or, as an administrator, add the image's name or a pattern
+            to the Hypervisor's `spec.baseImages` ([Hypervisors](../site/hypervisors.md#base-volumes)).""",
+        ),
+        Reason(
             "Built",
             "LibvirtVM `SeedReady=True`, for a moment",
             "The NoCloud seed ISO is built; its upload follows in the same reconcile (then `Uploaded`).",

@@ -38,6 +38,10 @@ from capfleet_e2e.waiting import eventually
 from capfleet_e2e.workload import WorkloadAPIServer
 
 BASE_IMAGE = "capfleet-test-base.qcow2"
+LAB_BASE_IMAGES = ("*.qcow2", "*.raw")
+"""What the lab's Hypervisors let VMs clone: every qcow2 volume but the VMs' own (whose names carry `_`,
+which no pattern matches): the test image, the node image, the benches' halting image, and names that do
+not exist."""
 SITE_LABEL = "capfleet.dev/site"
 BMC_FIELD = "bmc_address"
 OWNER_FIELD = "capfleet_owner"
@@ -164,6 +168,7 @@ async def register_hypervisor(
     labels: Mapping[str, str] | None = None,
     known_hosts: str | None = None,
     reach: Reach = on_loopback,
+    base_images: tuple[str, ...] = LAB_BASE_IMAGES,
 ) -> str:
     """Secrets (in `secret_namespace`) and a Hypervisor object for test hypervisor `hv`; returns its name.
     The host key is the sshd's own under the name the operators reach it by."""
@@ -190,6 +195,7 @@ async def register_hypervisor(
             "knownHostsSecretRef": ref,
             "failureDomain": hv.failure_domain,
             "storagePool": hv.pool_name,
+            "baseImages": list(base_images),
         },
     }
     await kube.create(kinds.HYPERVISOR.resource, body)

@@ -15,7 +15,7 @@ from capfleet import resources
 from capfleet.api import kinds
 from capfleet.kube import Kube
 from capfleet_e2e.libvirt.hypervisor import Hypervisor
-from capfleet_e2e.site import BASE_IMAGE
+from capfleet_e2e.site import BASE_IMAGE, LAB_BASE_IMAGES
 from capfleet_e2e.waiting import eventually
 
 HYPERVISORS = kinds.HYPERVISOR.resource
@@ -53,8 +53,10 @@ async def create_hypervisor(
     known_hosts: str | None = None,
     reserved: dict[str, int] | None = None,
     labels: dict[str, str] | None = None,
+    base_images: tuple[str, ...] = LAB_BASE_IMAGES,
 ) -> str:
-    """Secrets (in `namespace`) and a Hypervisor object for test hypervisor `hv`; returns its name."""
+    """Secrets (in `namespace`) and a Hypervisor object for test hypervisor `hv`, offering `base_images`
+    to clone; returns its name."""
     name = f"{hv.name}-{secrets.token_hex(3)}"
     data = {
         "ssh-privatekey": b64(hv.sshd.client_private_key),
@@ -78,6 +80,7 @@ async def create_hypervisor(
             "knownHostsSecretRef": ref,
             "failureDomain": hv.failure_domain,
             "storagePool": hv.pool_name,
+            "baseImages": list(base_images),
             "reserved": reserved or {},
         },
     }

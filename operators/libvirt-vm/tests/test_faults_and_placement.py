@@ -1,6 +1,7 @@
 """Faults and placement on real hypervisors: a wrong known_hosts is refused with a clear condition; sshd
 stopped mid-way gives a condition, then the VM converges once it is back, as it does after libvirtd
-restarts mid-create; a missing base image is reported and leaves no volume; three anti-affine VMs spread
+restarts mid-create; a volume the Hypervisor does not offer is never cloned; a missing base image is
+reported and leaves no volume; three anti-affine VMs spread
 over two hypervisors within each one's capacity, a fourth waits for room; a root disk left too small by a
 kill is grown; a Hypervisor's deletion waits for its VMs; a VM whose host is gone says why its deletion
 fails, and `detached` lets it go, as does a VM that never wrote to its host; a deletion while libvirtd
@@ -11,6 +12,7 @@ taken nor deleted."""
 from __future__ import annotations
 
 import asyncio
+import secrets
 
 import pytest
 from libvirt_vm_helpers import (
@@ -58,6 +60,46 @@ async def test_wrong_known_hosts_is_refused_with_a_clear_condition(
         assert condition(found, "Ready") is not None
     finally:
         await delete_all(kube, namespace, [name])
+
+
+async def test_a_vm_clones_only_the_base_images_its_hypervisor_offers(
+    kube: Kube, namespace: str, run_operator: RunOperator, hypervisors: list[Hypervisor]
+) -> None:
+    """The pool holds more than base images: a volume the Hypervisor does not list in `spec.baseImages` is
+    never cloned, neither by a VM placed by the rules nor by one whose spec names the host; nothing is
+    made on the host, and once an administrator lists the volume both VMs go on."""
+    hv = hypervisors[0]
+    run_operator("libvirt_vm", env=OPERATOR_ENV)
+    private = f"private-{secrets.token_hex(3)}.qcow2"
+    precreate_volume(hv, private, 1 << 30, "qcow2")
+    name = await create_hypervisor(kube, namespace, hv, base_images=("capfleet-test-*.qcow2",))
+    try:
+        await wait_condition(kube, HYPERVISORS, name, None, "Reachable", "True", 30)
+        disks = [{"name": "root", "sizeGiB": 1, "sourceImage": private}]
+        await create_vm(kube, namespace, "greedy", NO_CALLBACK, disks=disks)
+        await create_vm(kube, namespace, "pinned", NO_CALLBACK, disks=disks, hypervisorName=name)
+        greedy = await wait_condition(kube, VMS, "greedy", namespace, "Scheduled", "False", 30)
+        assert (condition(greedy, "Scheduled") or {}).get("reason") == "BaseImageNotOffered"
+        assert private in (condition(greedy, "Scheduled") or {}).get("message", "")
+        pinned = await wait_condition(kube, VMS, "pinned", namespace, "DisksReady", "False", 30)
+        assert (condition(pinned, "DisksReady") or {}).get("reason") == "BaseImageNotOffered"
+        assert leftovers(hv, namespace) == ([], [])
+
+        offer = {"spec": {"baseImages": ["capfleet-test-*.qcow2", private]}}
+        await kube.patch(HYPERVISORS, name, offer)
+        await wait_condition(kube, VMS, "pinned", namespace, "DisksReady", "True", 90)
+        await wait_condition(kube, VMS, "greedy", namespace, "DisksReady", "True", 90)
+    finally:
+        await delete_all(kube, namespace, [name])
+        remove_volume(hv, private)
+
+
+def remove_volume(hv: Hypervisor, name: str) -> None:
+    conn = hv.connect()
+    try:
+        conn.storagePoolLookupByName(hv.pool_name).storageVolLookupByName(name).delete(0)
+    finally:
+        conn.close()
 
 
 async def test_missing_base_image_is_reported_and_leaves_no_volume(

@@ -1,6 +1,8 @@
-"""Placement: selector, failure domain, capacity with reservations, anti-affinity spreading."""
+"""Placement: selector, failure domain, base images offered, capacity with reservations, anti-affinity."""
 
 from __future__ import annotations
+
+import dataclasses
 
 from libvirt_vm import placing
 
@@ -41,3 +43,25 @@ def test_selector_failure_domain_and_readiness_filter() -> None:
 def test_storage_counts() -> None:
     big = placing.Request(placing.Demand(1, 512, 11), {}, None)
     assert placing.place(big, [A, B], []).reason == "InsufficientCapacity"
+
+
+def test_a_vm_goes_only_where_every_base_image_it_clones_is_offered() -> None:
+    node = dataclasses.replace(A, base_images=("capfleet-node-*.qcow2",))
+    both = dataclasses.replace(B, base_images=("capfleet-node-*.qcow2", "debian-12"))
+    clones = placing.Request(placing.Demand(1, 512, 1), {}, None, frozenset({"capfleet-node-v1.qcow2"}))
+    assert placing.place(clones, [node, both], []).hypervisor == "b"  # most free memory among both
+    debian = dataclasses.replace(clones, images=frozenset({"capfleet-node-v1.qcow2", "debian-12"}))
+    assert placing.place(debian, [node, both], []).hypervisor == "b"
+    assert placing.place(debian, [node], []).reason == placing.BASE_IMAGE_NOT_OFFERED
+    assert "debian-12" in placing.place(debian, [node], []).message
+    assert placing.place(clones, [A, B], []).reason == placing.BASE_IMAGE_NOT_OFFERED  # nothing listed
+
+
+def test_no_pattern_offers_a_vms_own_volume() -> None:
+    """Every capfleet VM's volumes are `<namespace>_<name>_...`: a pattern as wide as `*` still never lets
+    one VM clone another's disk or seed."""
+    assert placing.offers(("*",), "capfleet-node-v1.qcow2")
+    assert not placing.offers(("*",), "tenant-b_db_root.qcow2")
+    assert not placing.offers(("*",), "tenant-b_db_cidata.iso")
+    assert placing.not_offered(("*.qcow2",), ["a.qcow2", "b.raw", "x_y.qcow2"]) == ["b.raw", "x_y.qcow2"]
+    assert not placing.offers((), "a.qcow2")

@@ -101,4 +101,5 @@ def candidate(hypervisor: Hypervisor, settings: LibvirtSettings) -> placing.Cand
         vcpus=int(capacity.vcpus * settings.vcpu_overcommit) - reserved.vcpus,
         memory_mib=capacity.memory_mib - reserved.memory_mib,
         storage_gib=int(capacity.storage_gib * settings.storage_overcommit),
+        base_images=tuple(hypervisor.spec.base_images),
     )

@@ -1,16 +1,22 @@
-"""Choosing a Hypervisor for a LibvirtVM: selector, failure domain, free capacity, anti-affinity.
+"""Choosing a Hypervisor for a LibvirtVM: selector, failure domain, base images, free capacity,
+anti-affinity.
 
 Pure: the caller lists Hypervisors and placed VMs, this decides. Free capacity is what a hypervisor has,
 less what it keeps for itself (`spec.reserved`) and what the VMs already placed on it ask for (counted
 from the VMs' specs, which is fresher than any hypervisor's status). Among the hypervisors a VM fits on,
 the one with the fewest VMs of the same anti-affinity key wins, then the one with the most free memory,
-then the first by name, so the same inputs always give the same answer.
+then the first by name, so the same inputs always give the same answer. A VM goes only where every
+base image it clones is offered (`spec.baseImages`): a hypervisor's pool holds every VM's volumes, and
+what may be cloned from it is the administrator's list, never whatever the pool holds.
 """
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+
+BASE_IMAGE_NOT_OFFERED = "BaseImageNotOffered"
 
 
 @dataclass(frozen=True)
@@ -34,6 +40,7 @@ class Candidate:
     vcpus: int
     memory_mib: int
     storage_gib: int
+    base_images: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,7 @@ class Request:
     demand: Demand
     match_labels: Mapping[str, str]
     failure_domain: str | None
+    images: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -77,8 +85,21 @@ def fits(available: Demand, demand: Demand) -> bool:
     )
 
 
+def offers(base_images: Iterable[str], image: str) -> bool:
+    """Whether a hypervisor whose `spec.baseImages` are `base_images` lets a VM clone volume `image`. A
+    name with `_` is a VM's own volume and never offered, whatever a pattern matches."""
+    return "_" not in image and any(fnmatch.fnmatchcase(image, pattern) for pattern in base_images)
+
+
+def not_offered(base_images: Iterable[str], images: Iterable[str]) -> list[str]:
+    """The images of `images` that `base_images` does not offer, sorted."""
+    patterns = tuple(base_images)
+    return sorted(image for image in images if not offers(patterns, image))
+
+
 def place(request: Request, candidates: Iterable[Candidate], placed: list[tuple[str, Demand]]) -> Decision:
-    """The hypervisor for `request`, or why there is none (NoHypervisorMatches, InsufficientCapacity)."""
+    """The hypervisor for `request`, or why there is none (NoHypervisorMatches, BaseImageNotOffered,
+    InsufficientCapacity)."""
     matching = [
         c
         for c in candidates
@@ -89,6 +110,12 @@ def place(request: Request, candidates: Iterable[Candidate], placed: list[tuple[
     if not matching:
         message = "no ready Hypervisor matches the selector and failure domain"
         return Decision(None, "NoHypervisorMatches", message)
+    offering = [c for c in matching if not not_offered(c.base_images, request.images)]
+    if not offering:
+        images = ", ".join(sorted(request.images))
+        message = f"no matching Hypervisor offers base image(s) {images} in spec.baseImages"
+        return Decision(None, BASE_IMAGE_NOT_OFFERED, message)
+    matching = offering
     key = request.demand.anti_affinity_key
     options: list[tuple[int, int, str]] = []
     for candidate in matching:

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from capfleet import cloudinit, conditions, errors, metrics, pausing, reconciling, secretholds
 from capfleet.api import kinds
-from capfleet.api.libvirt import Hypervisor, LibvirtVM
+from capfleet.api.libvirt import Hypervisor, LibvirtVM, VMDisk
 from capfleet.conditions import Update
 from capfleet.sshlibvirt import SSHTarget
 from libvirt_vm import domains, hypervisors, names, placements, placing, rechecks, seeding, vmquotas
@@ -49,6 +49,7 @@ class Placed:
     target: SSHTarget
     pool_name: str
     domain: str
+    base_images: tuple[str, ...] = ()
 
     def run(self, call: Callable[[Any], T]) -> Awaitable[T]:
         """Run `call` with the hypervisor's pooled libvirt connection, in a worker thread."""
@@ -72,7 +73,8 @@ async def place(ctx: Context, vm: LibvirtVM, owner: domains.Owner) -> str:
             for h in await ctx.kube.list(HYPERVISORS)
             if not h["metadata"].get("deletionTimestamp")
         ]
-        request = placing.Request(demand, vm.spec.hypervisor_selector.match_labels, vm.spec.failure_domain)
+        selector, images = vm.spec.hypervisor_selector.match_labels, base_images_of(vm)
+        request = placing.Request(demand, selector, vm.spec.failure_domain, images)
         decision = placing.place(request, candidates, placements.on_hypervisors(placed))
         if decision.hypervisor is None:
             raise errors.Waiting(decision.message, reason=decision.reason)
@@ -100,7 +102,13 @@ async def reach(ctx: Context, meta: Mapping[str, Any], hv_name: str) -> Placed:
     owner = owner_of(meta)
     hypervisor, target = await hypervisor_target(ctx, hv_name, secretholds.Holder(VMS, meta))
     domain = names.domain_name(owner.namespace, owner.name)
-    return Placed(ctx, owner, hv_name, target, hypervisor.spec.storage_pool, domain)
+    pool = hypervisor.spec.storage_pool
+    return Placed(ctx, owner, hv_name, target, pool, domain, tuple(hypervisor.spec.base_images))
+
+
+def base_images_of(vm: LibvirtVM) -> frozenset[str]:
+    """The base image volumes the VM's disks clone."""
+    return frozenset(d.source_image for d in vm.spec.disks if d.source_image)
 
 
 def provider_id_of(vm: LibvirtVM, hv_name: str, domain: str) -> str:
@@ -232,8 +240,17 @@ async def take_name(run: reconciling.Recorder, placed: Placed) -> Placed:
     return placed
 
 
+def clone_of(disk: VMDisk, placed: Placed) -> hosts.Clone | None:
+    if disk.source_image is None:
+        return None
+    offered = functools.partial(placing.offers, placed.base_images)
+    return hosts.Clone(disk.source_image, disk.clone_strategy, offered)
+
+
 async def make_disks(run: reconciling.Recorder, placed: Placed, vm: LibvirtVM) -> list[str]:
-    """DisksReady: one volume per disk in the hypervisor's pool; their paths."""
+    """DisksReady: one volume per disk in the hypervisor's pool; their paths. A disk is cloned only from
+    a base image its Hypervisor offers: checked where each volume is made, so a VM whose spec names its
+    hypervisor, and a disk added later, are held to it, and volumes made before the list are left be."""
     paths: list[str] = []
     message = f"{len(vm.spec.disks)} disk volume(s) in pool {placed.pool_name}"
     for disk in vm.spec.disks:
@@ -242,8 +259,7 @@ async def make_disks(run: reconciling.Recorder, placed: Placed, vm: LibvirtVM) -
             pool_name=placed.pool_name,
             name=names.disk_volume(placed.domain, disk.name),
             size_gib=disk.size_gib,
-            source=disk.source_image,
-            strategy=disk.clone_strategy,
+            source=clone_of(disk, placed),
         )
         paths.append(await run.step(DISKS, placed.run(ensure), "Created", message))
     return paths

@@ -26,6 +26,10 @@ HTTP_URL_PATTERN = r"^https?://[^\s]+$"
 # A lower-case RFC 1123 subdomain: Kubernetes object names, hostnames, DNS domains.
 DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+BASE_IMAGE_PATTERN = r"^[A-Za-z0-9][-A-Za-z0-9.+]*$"
+"""A base image volume a VM clones: never `_`, which every capfleet VM's own volume names carry
+(`<namespace>_<name>_...`), nor `/`, so no spec can name another VM's disk or seed, or a path."""
+BASE_IMAGE_GLOB_PATTERN = r"^[-A-Za-z0-9.+*?]+$"
 
 
 def cel(rule: str, message: str, **extra: str) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from pydantic import ConfigDict, Field
 
 from capfleet.api.baremetal import Image, OSProfile, RootDeviceHints
 from capfleet.api.base import (
+    BASE_IMAGE_PATTERN,
     LABEL_VALUE_MAX,
     NAME_MAX,
     Conditions,
@@ -46,7 +47,11 @@ class MachineDisk(Model):
         default=None,
         min_length=1,
         max_length=NAME_MAX,
-        description="Base image volume in the hypervisor's storage pool; an empty disk if unset.",
+        pattern=BASE_IMAGE_PATTERN,
+        description=(
+            "Base image volume in the hypervisor's storage pool, one the Hypervisor lists in "
+            "`spec.baseImages`; an empty disk if unset."
+        ),
     )
 
 

@@ -9,11 +9,13 @@ decision is written to `spec.hypervisorName` so that it survives a lost status a
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field
 
 from capfleet.api.base import (
+    BASE_IMAGE_GLOB_PATTERN,
+    BASE_IMAGE_PATTERN,
     DNS_SUBDOMAIN_PATTERN,
     LABEL_VALUE_MAX,
     NAME_MAX,
@@ -97,6 +99,19 @@ class HypervisorSpec(Model):
         max_length=NAME_MAX,
         description="libvirt storage pool that holds base images and VM volumes.",
     )
+    base_images: list[
+        Annotated[str, Field(min_length=1, max_length=NAME_MAX, pattern=BASE_IMAGE_GLOB_PATTERN)]
+    ] = Field(
+        default_factory=list,
+        max_length=64,
+        description=(
+            "Volumes of the storage pool that VMs may clone (a disk's `sourceImage`): names, or "
+            "shell-style patterns with `*` and `?`. Empty: no VM on this host clones a base image. "
+            "Only what is listed is ever cloned, so a tenant's VM cannot copy a volume it was not "
+            "given; VMs' own volumes (their names carry `_`) never match."
+        ),
+        json_schema_extra={"default": []},
+    )
     reserved: Resources = Field(
         default_factory=Resources,
         description="Compute kept back for the host itself; never given to VMs.",
@@ -132,7 +147,11 @@ class VMDisk(Model):
         default=None,
         min_length=1,
         max_length=NAME_MAX,
-        description="Base image volume in the hypervisor's storage pool to clone; an empty disk if unset.",
+        pattern=BASE_IMAGE_PATTERN,
+        description=(
+            "Base image volume in the hypervisor's storage pool to clone, one the Hypervisor lists in "
+            "`spec.baseImages`; an empty disk if unset."
+        ),
     )
     clone_strategy: Literal["BackingFile", "FullCopy"] = Field(
         default="BackingFile",

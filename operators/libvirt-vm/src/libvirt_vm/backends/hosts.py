@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from capfleet import errors, lean_imports
+from libvirt_vm.placing import BASE_IMAGE_NOT_OFFERED
 
 if TYPE_CHECKING:
     import libvirt
@@ -120,10 +121,18 @@ def _delete_quietly(volume: Any) -> None:
         volume.delete(0)
 
 
-def ensure_disk(
-    conn: Any, pool_name: str, name: str, size_gib: int, source: str | None, strategy: str
-) -> str:
-    """The path of volume `name` (qcow2, `size_gib`), cloned from `source` if given; created if missing."""
+@dataclass(frozen=True)
+class Clone:
+    """What a disk is cloned from: a base image volume, how, and whether the hypervisor offers it."""
+
+    image: str
+    strategy: str
+    offered: Callable[[str], bool]
+
+
+def ensure_disk(conn: Any, pool_name: str, name: str, size_gib: int, source: Clone | None) -> str:
+    """The path of volume `name` (qcow2, `size_gib`), cloned from `source` if given; created if missing,
+    and cloned only from an image the hypervisor offers (`spec.baseImages`)."""
     pool = _pool(conn, pool_name)
     existing = _lookup_volume(pool, name)
     size = size_gib * GIB
@@ -133,15 +142,21 @@ def ensure_disk(
         return str(existing.path())
     if source is None:
         return str(pool.createXML(_volume_xml(name, size, "qcow2"), 0).path())
-    base = _lookup_volume(pool, source)
+    if not source.offered(source.image):
+        raise errors.DependencyMissing(
+            f"the Hypervisor does not offer base image {source.image}: an administrator lists what VMs may "
+            "clone in its spec.baseImages",
+            reason=BASE_IMAGE_NOT_OFFERED,
+        )
+    base = _lookup_volume(pool, source.image)
     if base is None:
         raise errors.DependencyMissing(
-            f"base image volume {source} not found in pool {pool_name}", reason="BaseImageMissing"
+            f"base image volume {source.image} not found in pool {pool_name}", reason="BaseImageMissing"
         )
     base_size = int(base.info()[1])
     if base_size > size:
-        raise errors.InvalidSpec(f"disk {name} ({size_gib} GiB) is smaller than base image {source}")
-    if strategy == "BackingFile":
+        raise errors.InvalidSpec(f"disk {name} ({size_gib} GiB) is smaller than base image {source.image}")
+    if source.strategy == "BackingFile":
         xml = _volume_xml(name, size, "qcow2", (str(base.path()), _format_of(base)))
         return str(pool.createXML(xml, 0).path())
     volume = pool.createXMLFrom(_volume_xml(name, base_size, "qcow2"), base, 0)

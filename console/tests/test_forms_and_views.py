@@ -36,6 +36,7 @@ def test_a_good_form_makes_a_valid_libvirt_vm_and_its_user_data_secret() -> None
     assert vm["metadata"]["labels"] == {CREATOR_LABEL: creator_label("alice")}
     assert vm["spec"]["interfaces"][0]["macAddress"] == vmform.mac_address("team-a", "web-1")
     secret = vmform.user_data_secret(wanted, "alice")
+    assert secret["metadata"]["labels"] == {"libvirt.capfleet.dev/user-data": "true"}  # meant for VMs
     user_data = base64.b64decode(secret["data"]["value"]).decode()
     assert user_data == f"#cloud-config\nssh_authorized_keys:\n  - {KEY}\n"
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from capfleet.api import kinds
+from capfleet.api.libvirt import USER_DATA_LABEL
 from capfleet.tables import CREATED_BY, CREATOR_LABEL, creator_label
 
 NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,50}[a-z0-9])?$")
@@ -82,7 +83,11 @@ def user_data_secret(request: VMRequest, creator: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": secret_name(request.name), "annotations": {CREATED_BY: creator}},
+        "metadata": {
+            "name": secret_name(request.name),
+            "labels": {USER_DATA_LABEL: "true"},
+            "annotations": {CREATED_BY: creator},
+        },
         "type": "Opaque",
         "data": {"value": base64.b64encode(request.user_data.encode()).decode()},
     }

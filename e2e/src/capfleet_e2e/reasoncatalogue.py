@@ -613,6 +613,17 @@ LIBVIRT_VM = Group(
             "The NoCloud seed volume is on the hypervisor, as the spec says it should be.",
             "Nothing.",
         ),
+        Reason(
+            "UserDataSecretNotForVMs",
+            "LibvirtVM `Scheduled=False` and a Warning Event",
+            """The Secret `cloudInit.userDataSecretRef` names is neither labelled
+            `libvirt.capfleet.dev/user-data: "true"` nor Cluster API's bootstrap data (a
+            `cluster.x-k8s.io/secret` owned by a bootstrap config), so it is not read: libvirt-vm would
+            otherwise copy any Secret of the namespace into the VM. The VM is not placed. Retried (15 s at
+            first).""",
+            """Label the Secret that holds the VM's user-data (`kubectl label secret <name>
+            libvirt.capfleet.dev/user-data=true`), or name the right Secret.""",
+        ),
     ),
 )
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from capfleet import resources
 from capfleet.api import kinds
+from capfleet.api.libvirt import USER_DATA_LABEL
 from capfleet.kube import Kube
 from capfleet_e2e.libvirt.hypervisor import Hypervisor
 from capfleet_e2e.site import BASE_IMAGE, LAB_BASE_IMAGES
@@ -123,7 +124,7 @@ async def create_vm(
     secret = {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": f"{name}-bootstrap"},
+        "metadata": {"name": f"{name}-bootstrap", "labels": {USER_DATA_LABEL: "true"}},
         "data": {"value": b64(user_data(name, callback_port))},
     }
     await kube.create(resources.SECRETS, secret, namespace)

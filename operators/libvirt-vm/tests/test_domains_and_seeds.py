@@ -157,3 +157,26 @@ def test_a_seed_is_recognised_by_its_files_and_a_cut_off_upload_is_not() -> None
     removed = {**files, "user-data": b""}
     assert seeding.digest(files) == seeding.digest(seeding.files_of(seeding.cidata_iso(files)) or {})
     assert seeding.digest(removed) != seeding.digest(files)
+
+
+def test_user_data_comes_only_from_a_secret_meant_for_vms() -> None:
+    """A VM's user-data is read with libvirt-vm's rights, so only a Secret labelled for VMs or Cluster API's
+    bootstrap data (owned by a bootstrap config) may give it: the cluster's CA Secret, of the same type
+    but owned by the control plane, and a plain Secret are refused."""
+
+    def secret(
+        type_: str = "Opaque", labels: dict[str, str] | None = None, owner: str | None = None
+    ) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": "s", "namespace": "ns", "labels": labels or {}}
+        if owner:
+            meta["ownerReferences"] = [{"apiVersion": owner, "kind": "X", "name": "o", "uid": "u"}]
+        return {"metadata": meta, "type": type_}
+
+    bootstrap, capi = "bootstrap.cluster.x-k8s.io/v1beta2", "cluster.x-k8s.io/secret"
+    assert seeding.meant_for_vms(secret(labels={"libvirt.capfleet.dev/user-data": "true"}))
+    assert seeding.meant_for_vms(secret(capi, owner=bootstrap))  # CABPK's bootstrap data
+    assert not seeding.meant_for_vms(secret(capi, owner="controlplane.cluster.x-k8s.io/v1beta2"))  # the CA
+    assert not seeding.meant_for_vms(secret(owner=bootstrap))  # not Cluster API's type
+    assert not seeding.meant_for_vms(secret(capi))
+    assert not seeding.meant_for_vms(secret(labels={"libvirt.capfleet.dev/user-data": "yes"}))
+    assert not seeding.meant_for_vms(secret())

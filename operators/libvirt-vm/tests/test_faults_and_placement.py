@@ -1,17 +1,18 @@
 """Faults and placement on real hypervisors: a wrong known_hosts is refused with a clear condition; sshd
 stopped mid-way gives a condition, then the VM converges once it is back, as it does after libvirtd
-restarts mid-create; a volume the Hypervisor does not offer is never cloned; a missing base image is
-reported and leaves no volume; three anti-affine VMs spread
-over two hypervisors within each one's capacity, a fourth waits for room; a root disk left too small by a
-kill is grown; a Hypervisor's deletion waits for its VMs; a VM whose host is gone says why its deletion
-fails, and `detached` lets it go, as does a VM that never wrote to its host; a deletion while libvirtd
-hangs says so within the call time-out and finishes once it answers; a deletion run again after it let go
-of its Secrets finishes without them; another management cluster's domain of the same name is neither
-taken nor deleted."""
+restarts mid-create; a volume the Hypervisor does not offer is never cloned, nor a Secret not meant for
+VMs read into a seed; a missing base image is reported and leaves no volume; three anti-affine VMs
+spread over two hypervisors within each one's capacity, a fourth waits for room; a root disk left too
+small by a kill is grown; a Hypervisor's deletion waits for its VMs; a VM whose host is gone says why its
+deletion fails, and `detached` lets it go, as does a VM that never wrote to its host; a deletion while
+libvirtd hangs says so within the call time-out and finishes once it answers; a deletion run again after
+it let go of its Secrets finishes without them; another management cluster's domain of the same name is
+neither taken nor deleted."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 
 import pytest
@@ -19,15 +20,18 @@ from libvirt_vm_helpers import (
     HYPERVISORS,
     OPERATOR_ENV,
     VMS,
+    b64,
     condition,
     create_hypervisor,
     create_vm,
     delete_all,
     leftovers,
+    vm_body,
     wait_condition,
 )
 
 from capfleet import instances, resources, secretholds
+from capfleet.api.libvirt import USER_DATA_LABEL
 from capfleet.kube import Kube
 from capfleet.resources import Resource
 from capfleet_e2e.fixtures import RunOperator
@@ -92,6 +96,41 @@ async def test_a_vm_clones_only_the_base_images_its_hypervisor_offers(
     finally:
         await delete_all(kube, namespace, [name])
         remove_volume(hv, private)
+
+
+async def test_a_vm_whose_user_data_secret_is_not_meant_for_vms_is_neither_placed_nor_built(
+    kube: Kube, namespace: str, run_operator: RunOperator, hypervisors: list[Hypervisor]
+) -> None:
+    """libvirt-vm reads user-data with its own rights: a VM naming the cluster's CA Secret (or any Secret
+    not labelled for VMs) is not placed and nothing of the Secret reaches a seed; labelled, it goes on."""
+    hv = hypervisors[0]
+    run_operator("libvirt_vm", env=OPERATOR_ENV)
+    name = await create_hypervisor(kube, namespace, hv)
+    ca = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "c1-ca", "labels": {"cluster.x-k8s.io/cluster-name": "c1"}},
+        "type": "cluster.x-k8s.io/secret",
+        "data": {"value": b64("-----BEGIN RSA PRIVATE KEY-----")},
+    }
+    try:
+        await kube.create(resources.SECRETS, ca, namespace)
+        await wait_condition(kube, HYPERVISORS, name, None, "Reachable", "True", 30)
+        body = vm_body("curious", namespace)
+        body["spec"]["cloudInit"] = {"userDataSecretRef": {"name": "c1-ca", "key": "value"}}
+        await kube.create(VMS, body, namespace)
+        vm = await wait_condition(kube, VMS, "curious", namespace, "Scheduled", "False", 30)
+        scheduled = condition(vm, "Scheduled") or {}
+        assert scheduled.get("reason") == "UserDataSecretNotForVMs"
+        assert "PRIVATE KEY" not in json.dumps(vm)
+        assert not vm["spec"].get("hypervisorName"), "not placed: it takes no room and no quota"
+        assert leftovers(hv, namespace) == ([], [])
+
+        label = {"metadata": {"labels": {USER_DATA_LABEL: "true"}}}
+        await kube.patch(resources.SECRETS, "c1-ca", label, namespace)  # its owner says it is meant for VMs
+        await wait_condition(kube, VMS, "curious", namespace, "SeedReady", "True", 90)
+    finally:
+        await delete_all(kube, namespace, [name])
 
 
 def remove_volume(hv: Hypervisor, name: str) -> None:

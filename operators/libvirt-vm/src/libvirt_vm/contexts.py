@@ -98,10 +98,6 @@ def value_of(secret: Mapping[str, Any], key: str) -> bytes:
     return base64.b64decode(data)
 
 
-async def secret_value(kube: Kube, namespace: str, name: str, key: str) -> bytes:
-    return value_of(await read_secret(kube, namespace, name), key)
-
-
 async def ssh_target(
     kube: Kube, hypervisor: Hypervisor, holder: secretholds.Holder | None = None
 ) -> SSHTarget:

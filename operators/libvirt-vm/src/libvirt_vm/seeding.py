@@ -4,8 +4,10 @@ cloud-init (and capfleet's test image) finds its seed on a volume labelled `cida
 memory with pycdlib (no genisoimage on the operator's image) and uploaded through the libvirt connection,
 so nothing is written to the operator's disk. meta-data and network-config are rendered by
 `capfleet.cloudinit`, the fleet's one renderer, so a VM and a server on one network boot alike.
-Pure functions, though two builds of the same files differ in their timestamps: compare seeds by the files
-they hold (`files_of`), not byte for byte.
+The user-data comes only from a Secret meant for VMs (`meant_for_vms`): libvirt-vm reads Secrets
+with its own rights, and a user who may create a VM but not read the cluster's CA Secret must not get
+it written into their VM's seed by naming it. Pure functions, though two builds of the same files
+differ in their timestamps: compare seeds by the files they hold (`files_of`), not byte for byte.
 """
 
 from __future__ import annotations
@@ -14,10 +16,27 @@ import hashlib
 import io
 import re
 from collections.abc import Mapping
+from typing import Any
 
 import pycdlib
 
+from capfleet.api.libvirt import BOOTSTRAP_GROUP, CAPI_SECRET_TYPE, USER_DATA_LABEL
+
 SEED_FILES = ("user-data", "meta-data", "network-config")
+USER_DATA_NOT_FOR_VMS = "UserDataSecretNotForVMs"
+
+
+def meant_for_vms(secret: Mapping[str, Any]) -> bool:
+    """Whether a Secret may give a VM its user-data: one labelled `libvirt.capfleet.dev/user-data: "true"`
+    (which its writer chose to label), or Cluster API's bootstrap data, a `cluster.x-k8s.io/secret` owned
+    by a bootstrap config. The cluster's CA, kubeconfig and etcd Secrets are of the same type but owned by
+    the control plane, so they are not."""
+    meta = secret.get("metadata") or {}
+    if (meta.get("labels") or {}).get(USER_DATA_LABEL) == "true":
+        return True
+    owners = meta.get("ownerReferences") or []
+    by_bootstrap = any(str(o.get("apiVersion", "")).split("/")[0] == BOOTSTRAP_GROUP for o in owners)
+    return secret.get("type") == CAPI_SECRET_TYPE and by_bootstrap
 
 
 def seed_files(user_data: bytes, meta: bytes, network: bytes) -> dict[str, bytes]:

@@ -18,12 +18,13 @@ from typing import Any, TypeVar
 
 from capfleet import cloudinit, conditions, errors, metrics, pausing, reconciling, secretholds
 from capfleet.api import kinds
-from capfleet.api.libvirt import Hypervisor, LibvirtVM, VMDisk
+from capfleet.api.libvirt import USER_DATA_LABEL, Hypervisor, LibvirtVM, VMDisk
 from capfleet.conditions import Update
+from capfleet.kube import Obj
 from capfleet.sshlibvirt import SSHTarget
 from libvirt_vm import domains, hypervisors, names, placements, placing, rechecks, seeding, vmquotas
 from libvirt_vm.backends import hosts
-from libvirt_vm.contexts import HYPERVISORS, VMS, Context, secret_value, ssh_target
+from libvirt_vm.contexts import HYPERVISORS, VMS, Context, read_secret, ssh_target, value_of
 
 SCHEDULED, DISKS, SEED, DEFINED, RUNNING = "Scheduled", "DisksReady", "SeedReady", "Defined", "Running"
 STEPS = [SCHEDULED, DISKS, SEED, DEFINED, RUNNING]
@@ -124,7 +125,7 @@ async def seed_data(placed: Placed, vm: LibvirtVM) -> bytes:
     if cloud_init.remove_user_data:
         user_data = b""
     else:
-        user_data = await secret_value(placed.ctx.kube, owner.namespace, ref.name, ref.key)
+        user_data = value_of(await user_data_secret(placed.ctx, vm, owner.namespace), ref.key)
     meta = cloudinit.meta_data(
         names.domain_uuid(owner.namespace, owner.name),
         cloud_init.hostname or owner.name,
@@ -323,7 +324,26 @@ async def power_as_asked(run: reconciling.Recorder, placed: Placed, vm: LibvirtV
 
 
 async def _placed(ctx: Context, vm: LibvirtVM, owner: domains.Owner) -> str:
+    """The VM's hypervisor, once its user-data Secret is one meant for VMs: a VM is neither placed nor
+    built on what it may not boot with."""
+    if not vm.spec.cloud_init.remove_user_data:
+        await user_data_secret(ctx, vm, owner.namespace)
     return vm.spec.hypervisor_name or await place(ctx, vm, owner)
+
+
+async def user_data_secret(ctx: Context, vm: LibvirtVM, namespace: str) -> Obj:
+    """The Secret `cloudInit.userDataSecretRef` names, if it is meant for VMs (`seeding.meant_for_vms`):
+    libvirt-vm reads it with its own rights, so any other Secret of the namespace (the cluster's CA) is
+    refused rather than copied into a seed its VM's user reads."""
+    name = vm.spec.cloud_init.user_data_secret_ref.name
+    secret = await read_secret(ctx.kube, namespace, name)
+    if not seeding.meant_for_vms(secret):
+        message = (
+            f"Secret {namespace}/{name} is not meant for VMs: label it {USER_DATA_LABEL}=true, or name "
+            "Cluster API's bootstrap data Secret"
+        )
+        raise errors.DependencyMissing(message, reason=seeding.USER_DATA_NOT_FOR_VMS)
+    return secret
 
 
 async def mark_touched(ctx: Context, body: Mapping[str, Any]) -> str | None:

@@ -31,6 +31,13 @@ from capfleet.api.base import (
     list_map,
 )
 
+USER_DATA_LABEL = "libvirt.capfleet.dev/user-data"
+"""On a Secret: `"true"` when it holds user-data for LibvirtVMs of its namespace. libvirt-vm reads a VM's
+user-data only from such a Secret or from Cluster API's bootstrap data, never from any other Secret
+(the cluster's CA keys, a NetBox token) that a user who may create VMs names."""
+CAPI_SECRET_TYPE = "cluster.x-k8s.io/secret"
+BOOTSTRAP_GROUP = "bootstrap.cluster.x-k8s.io"
+
 
 class HypervisorConnection(Model):
     """Where libvirtd runs and how to reach it over SSH."""
@@ -195,7 +202,10 @@ class CloudInit(Model):
     )
 
     user_data_secret_ref: SecretKeyReference = Field(
-        description="Secret key holding the user-data (CAPI's bootstrap data Secret, key value)."
+        description=(
+            "Secret key holding the user-data: Cluster API's bootstrap data Secret (key `value`), or a "
+            'Secret labelled `libvirt.capfleet.dev/user-data: "true"`; no other Secret is read.'
+        )
     )
     format: Literal["cloud-config", "ignition"] = Field(
         default="cloud-config", description="Format of the user-data."

@@ -6,20 +6,30 @@ admission policies and the operators' shipped RBAC.
   or change `spec.hypervisorName`; libvirt-vm (which places VMs) and cluster administrators may.
 - A LibvirtVM annotated `libvirt.capfleet.dev/detached` is deleted leaving its domain running and no longer
   counted: a tenant may not add the annotation; administrators may.
+- Secrets: the role writes Secrets it may not read (a VM's user-data); it may write only those, Opaque and
+  labelled `libvirt.capfleet.dev/user-data=true` (policy `capfleet-tenant-secrets`), not the NetBox
+  connection, a BMC password or Cluster API's Secrets.
+- A LibvirtVM a HybridMachine owns is its Cluster's: a tenant may neither change nor delete it, nor make a
+  VM claiming such an owner (policy `capfleet-cluster-owned-vms`); the glue and administrators may.
 - A disk whose base image names another VM's volume (`<namespace>_<name>_...`) would copy its disk or
   seed: the API server refuses such a name.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import secrets
+import ssl
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from capfleet.api import kinds
 from capfleet.api.samples import valid_samples
@@ -80,6 +90,46 @@ def tenant(control_plane: Cluster, tmp_path: Path) -> Iterator[tuple[Kubectl, Ku
     )
     yield Kubectl(admin.binary, kubeconfig), admin, namespace
     admin("delete", "namespace", namespace, "--wait=false")
+
+
+def sample(kind: str, name: str) -> dict[str, Any]:
+    [found] = [s for s in valid_samples() if s["kind"] == kind]
+    found["metadata"]["name"] = name
+    return found
+
+
+def secret(name: str, labels: dict[str, str] | None = None, type_: str = "Opaque") -> str:
+    meta = {"name": name, "labels": labels or {}}
+    return json.dumps({"apiVersion": "v1", "kind": "Secret", "metadata": meta, "type": type_})
+
+
+def until_refused(
+    kubectl: Kubectl, admin: Kubectl, undo: tuple[str, ...], *args: str, stdin: str | None = None
+) -> str:
+    """kubectl's refusal of a request, retried while a policy just applied is not in force yet (the API
+    server's informer has not seen it): what went through is undone with `undo`, as the admin."""
+    deadline = time.monotonic() + 30
+    while (error := refused(kubectl, *args, stdin=stdin)) is None:
+        admin(*undo)
+        assert time.monotonic() < deadline, f"never refused: {args}"
+        time.sleep(0.5)
+    return error
+
+
+def call(kubectl: Kubectl, method: str, path: str, body: dict[str, Any] | None = None) -> str | None:
+    """One request to the API server as the kubeconfig's user (a merge patch for PATCH), as the console
+    sends it: the error's message, None if it went through."""
+    config = yaml.safe_load(kubectl.kubeconfig.read_text())
+    cluster, user = config["clusters"][0]["cluster"], config["users"][0]["user"]
+    context = ssl.create_default_context(cafile=cluster["certificate-authority"])
+    headers = {"Authorization": f"Bearer {user['token']}", "Content-Type": "application/merge-patch+json"}
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(cluster["server"] + path, data, headers, method=method)
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=30):
+            return None
+    except urllib.error.HTTPError as error:
+        return str(json.loads(error.read()).get("message", error.reason))
 
 
 def refused(kubectl: Kubectl, *args: str, stdin: str | None = None) -> str | None:
@@ -148,3 +198,90 @@ def test_a_tenant_may_not_name_another_vms_volume_as_a_base_image(
         error = refused(alice, "create", "-n", namespace, "-f", "-", stdin=vm("thief", disks=disks))
         assert "sourceImage" in (error or ""), image
     alice("create", "-n", namespace, "-f", "-", stdin=vm("honest"))  # the sample's debian-12
+
+
+FOR_VMS = {"libvirt.capfleet.dev/user-data": "true"}
+POLICY = "capfleet-tenant-secrets"
+
+
+def test_a_tenant_writes_only_the_secrets_meant_for_vms(tenant: tuple[Kubectl, Kubectl, str]) -> None:
+    """The role cannot `get` Secrets, so kubectl's patch (which reads first) cannot even be tried: the
+    writes go to the API as the console sends them, a PUT and a DELETE by name."""
+    alice, admin, namespace = tenant
+    ns = ("-n", namespace)
+    path = f"/api/v1/namespaces/{namespace}/secrets"
+    admin("create", *ns, "secret", "generic", "netbox", "--from-literal=url=https://netbox.example")
+    admin("create", *ns, "-f", "-", stdin=secret("c1-ca", {"cluster.x-k8s.io/cluster-name": "c1"}))
+    error = until_refused(
+        alice, admin, ("delete", "secret", "plain", *ns), "create", *ns, "-f", "-", stdin=secret("plain")
+    )
+    assert "libvirt.capfleet.dev/user-data" in error
+
+    def patch(name: str, change: dict[str, Any]) -> str | None:
+        return call(alice, "PATCH", f"{path}/{name}", change)
+
+    steal = {"stringData": {"url": "https://attacker.example"}}
+    assert POLICY in (patch("netbox", steal) or "")
+    assert POLICY in (patch("netbox", {"metadata": {"labels": FOR_VMS}, **steal}) or "")
+    assert POLICY in (call(alice, "DELETE", f"{path}/c1-ca") or "")
+    token = secret("typed", FOR_VMS, "example.com/not-user-data")
+    assert "Opaque" in (refused(alice, "create", *ns, "-f", "-", stdin=token) or "")
+
+    alice("create", *ns, "-f", "-", stdin=secret("web-1-user-data", FOR_VMS))  # a VM's user-data
+    assert patch("web-1-user-data", {"stringData": {"value": "#cloud-config"}}) is None
+    unlabel = {"metadata": {"labels": {"libvirt.capfleet.dev/user-data": None}}}
+    assert POLICY in (patch("web-1-user-data", unlabel) or "")
+    assert call(alice, "DELETE", f"{path}/web-1-user-data") is None
+    stored = json.loads(admin("get", "secret", "netbox", *ns, "-o", "json"))
+    assert base64.b64decode(stored["data"]["url"]) == b"https://netbox.example"
+    assert "labels" not in stored["metadata"], "the NetBox Secret is as its owner left it"
+    assert admin("get", "secret", "c1-ca", *ns, "-o", "name").strip() == "secret/c1-ca"
+    moved = json.dumps({"stringData": {"url": "https://moved.example"}})
+    admin("patch", "secret", "netbox", *ns, "--type=merge", "-p", moved)  # administrators are not limited
+
+
+def test_a_tenant_may_neither_change_nor_delete_a_vm_its_cluster_owns(
+    tenant: tuple[Kubectl, Kubectl, str], control_plane: Cluster, tmp_path: Path
+) -> None:
+    alice, admin, namespace = tenant
+    ns = ("-n", namespace)
+    apply_operator_rbac(admin, "capi-machine-glue")
+    glue = Kubectl(
+        admin.binary,
+        service_account_kubeconfig(control_plane, "capi-machine-glue", tmp_path / "g.kubeconfig"),
+    )
+    machine = json.loads(
+        admin("create", *ns, "-o", "json", "-f", "-", stdin=json.dumps(sample("HybridMachine", "cp-0")))
+    )
+    owner = {
+        "apiVersion": machine["apiVersion"],
+        "kind": "HybridMachine",
+        "name": "cp-0",
+        "uid": machine["metadata"]["uid"],
+        "controller": True,
+    }
+    owned = json.loads(vm("cp-0"))
+    owned["metadata"]["ownerReferences"] = [owner]
+    impostor = json.loads(vm("cp-0-copy"))
+    impostor["metadata"]["ownerReferences"] = [owner]
+    error = until_refused(
+        alice,
+        admin,
+        ("delete", "libvirtvm", "cp-0-copy", *ns),
+        "create",
+        *ns,
+        "-f",
+        "-",
+        stdin=json.dumps(impostor),
+    )
+    assert "libvirtvms/cluster-owned" in error
+    glue("create", *ns, "-f", "-", stdin=json.dumps(owned))  # the glue makes its machines' VMs
+    power = json.dumps({"spec": {"powerState": "Off"}})
+    assert "libvirtvms/cluster-owned" in (
+        refused(alice, "patch", "libvirtvm", "cp-0", *ns, "--type=merge", "-p", power) or ""
+    )
+    assert "libvirtvms/cluster-owned" in (refused(alice, "delete", "libvirtvm", "cp-0", *ns) or "")
+    glue("patch", "libvirtvm", "cp-0", *ns, "--type=merge", "-p", power)
+    alice("create", *ns, "-f", "-", stdin=vm("own"))  # a VM of the tenant's own is theirs
+    alice("delete", "libvirtvm", "own", *ns)
+    admin("delete", "libvirtvm", "cp-0", *ns)

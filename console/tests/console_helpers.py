@@ -4,6 +4,7 @@ only) against a given API server, signing in, and reading a page's form token.""
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,17 +19,31 @@ from capfleet_console.acting import KubeconfigCredentials
 from capfleet_console.app import build
 from capfleet_console.settings import ConsoleSettings
 from capfleet_e2e.controlplane import Cluster
-from capfleet_e2e.serviceaccounts import apply_operator_rbac, service_account_kubeconfig
+from capfleet_e2e.serviceaccounts import (
+    NAMESPACE,
+    apply_operator_rbac,
+    service_account_kubeconfig,
+    service_account_name,
+)
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGJ3wzYd0GnDnEc6Y6VxVtM1iYgV4bB3f0tTxVN1Z7u9 alice@laptop"
 
 
 @contextlib.asynccontextmanager
-async def console_client(cluster: Cluster, namespace: str, workdir: Path) -> AsyncIterator[TestClient]:  # type: ignore[type-arg]
-    """The console on `cluster` with its own RBAC and token, its default namespace `namespace`."""
+async def console_client(
+    cluster: Cluster, namespace: str, workdir: Path, teams: tuple[str, ...] = ()
+) -> AsyncIterator[TestClient]:  # type: ignore[type-arg]
+    """The console on `cluster` with its own RBAC and token, its default namespace `namespace`; `teams`
+    are groups it passes on besides `system:authenticated`, granted as a deployer does: in its settings
+    and in a ClusterRole that lets it impersonate exactly them."""
     apply_operator_rbac(cluster.kubectl, "console")
+    if teams:
+        grant_team_impersonation(cluster, teams)
     kubeconfig = service_account_kubeconfig(cluster, "console", workdir / "console.kubeconfig")
-    settings = ConsoleSettings(images="base", interface="user", namespace=namespace, secure_cookies=False)
+    groups = ",".join(("system:authenticated", *teams))
+    settings = ConsoleSettings(
+        images="base", interface="user", namespace=namespace, secure_cookies=False, groups=groups
+    )
     credentials = await KubeconfigCredentials.load(str(kubeconfig), in_cluster=False)
     async with Kube.connect("capfleet-console", str(kubeconfig)) as reviewer:
         client = TestClient(TestServer(build(settings, reviewer, credentials)))
@@ -37,6 +52,34 @@ async def console_client(cluster: Cluster, namespace: str, workdir: Path) -> Asy
             yield client
         finally:
             await client.close()
+
+
+def grant_team_impersonation(cluster: Cluster, teams: tuple[str, ...]) -> None:
+    name = "capfleet-console-teams"
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": name},
+        "rules": [
+            {
+                "apiGroups": [""],
+                "resources": ["groups"],
+                "verbs": ["impersonate"],
+                "resourceNames": list(teams),
+            }
+        ],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [
+            {"kind": "ServiceAccount", "name": service_account_name("console"), "namespace": NAMESPACE}
+        ],
+    }
+    items = {"apiVersion": "v1", "kind": "List", "items": [role, binding]}
+    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=json.dumps(items))
 
 
 async def sign_in(client: TestClient, token: str) -> aiohttp.ClientResponse:  # type: ignore[type-arg]

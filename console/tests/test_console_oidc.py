@@ -58,7 +58,7 @@ async def admin(oidc_cluster: ControlPlane) -> AsyncIterator[Kube]:
 
 @pytest.fixture
 async def console(oidc_cluster: ControlPlane, tmp_path: Path) -> AsyncIterator[TestClient]:  # type: ignore[type-arg]
-    async with console_client(oidc_cluster, NAMESPACE, tmp_path) as client:
+    async with console_client(oidc_cluster, NAMESPACE, tmp_path, teams=(f"{PREFIX}{TEAM_GROUP}",)) as client:
         yield client
 
 
@@ -92,7 +92,8 @@ async def test_a_user_signs_in_with_an_oidc_id_token_and_acts_through_their_grou
     form = await create_vm(console, NAMESPACE, "web-1")
     vm = await admin.get(kinds.LIBVIRT_VM.resource, "web-1", NAMESPACE)
     assert vm is not None
-    # Alice has no RoleBinding of her own: only her OIDC group is bound, so the console passed it on.
+    # Alice has no RoleBinding of her own: only her OIDC group is bound, so the console passed it on
+    # (it is one the console is configured to pass on, CAPFLEET_CONSOLE_GROUPS).
     assert vm["metadata"]["annotations"]["capfleet.dev/created-by"] == f"{PREFIX}alice@example.com"
     listed = await (await console.get(f"/vms?namespace={NAMESPACE}&scope=mine")).text()
     assert 'data-name="web-1"' in listed

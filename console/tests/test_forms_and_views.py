@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import base64
+import json
 
 import pytest
 
 from capfleet.api import kinds
 from capfleet.tables import CREATED_BY, CREATOR_LABEL, creator_label
 from capfleet_console import views, vmform
-from capfleet_console.acting import Identity, impersonation_headers
-from capfleet_console.sessions import Sessions
+from capfleet_console.acting import Identity, impersonable, impersonation_headers
+from capfleet_console.sessions import LIFETIME_SECONDS, Sessions, lifetime_of
 from capfleet_console.settings import interface_of
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGJ3wzYd0GnDnEc6Y6VxVtM1iYgV4bB3f0tTxVN1Z7u9 alice@laptop"
@@ -109,6 +110,41 @@ def test_sessions_expire_and_forms_need_their_token() -> None:
     now[0] = 11
     assert sessions.find(session_id) is None
     assert sessions.find(None) is None
+
+
+def jwt(claims: dict[str, object]) -> str:
+    def part(value: dict[str, object]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+
+    return f"{part({'alg': 'RS256'})}.{part(claims)}.c2lnbmF0dXJl"
+
+
+def test_a_session_ends_when_its_token_does() -> None:
+    """A session lasts as long as the token it was opened with (its `exp`), eight hours at most; a token
+    without an expiry (not a JWT) gets the eight hours; a token already expired gets no session."""
+    now = 1_800_000_000.0
+    assert lifetime_of(jwt({"exp": now + 600, "sub": "x"}), now) == 600
+    assert lifetime_of(jwt({"exp": now + 30 * 24 * 3600}), now) == LIFETIME_SECONDS
+    assert lifetime_of(jwt({"exp": now - 5}), now) == 0
+    assert lifetime_of("static-token-abc", now) == LIFETIME_SECONDS
+    assert lifetime_of(jwt({"sub": "no-exp"}), now) == LIFETIME_SECONDS
+    assert lifetime_of("a.!!!.c", now) == LIFETIME_SECONDS
+    assert lifetime_of(jwt({"exp": True}), now) == LIFETIME_SECONDS
+    clock = [0.0]
+    sessions = Sessions(clock=lambda: clock[0])
+    session_id, _ = sessions.open(Identity("alice"), lifetime_of(jwt({"exp": now + 600}), now))
+    clock[0] = 599
+    assert sessions.find(session_id) is not None
+    clock[0] = 601
+    assert sessions.find(session_id) is None, "the token expired: so did the session"
+
+
+def test_the_console_passes_on_only_the_groups_it_may_impersonate() -> None:
+    admin = Identity("root", ("system:masters", "system:authenticated", "team-a"))
+    assert impersonable(admin, ["system:authenticated", "team-a"]) == Identity(
+        "root", ("system:authenticated", "team-a")
+    )
+    assert impersonable(admin, []).groups == ()
 
 
 def test_every_group_is_its_own_impersonation_header() -> None:

@@ -285,3 +285,36 @@ def test_a_tenant_may_neither_change_nor_delete_a_vm_its_cluster_owns(
     alice("create", *ns, "-f", "-", stdin=vm("own"))  # a VM of the tenant's own is theirs
     alice("delete", "libvirtvm", "own", *ns)
     admin("delete", "libvirtvm", "cp-0", *ns)
+
+
+def test_the_consoles_token_impersonates_no_privileged_group(control_plane: Cluster, tmp_path: Path) -> None:
+    """Whoever holds the console's token acts as any user, but only with the groups the console passes on
+    (`CAPFLEET_CONSOLE_GROUPS`, `system:authenticated` as shipped): not `system:masters`."""
+    admin = control_plane.kubectl
+    objects = documents(build(repo_root() / "deploy" / "overlays" / "console"))
+    wanted = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"}
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "capfleet-system"}}
+    items = [namespace, *(o for o in objects if o["kind"] in wanted)]
+    admin(
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-f",
+        "-",
+        stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}),
+    )
+    token = admin("create", "token", "capfleet-console-manager", "-n", "capfleet-system").strip()
+    if control_plane.ca_path is None:
+        pytest.skip("the cluster's CA is unknown; cannot write a verified kubeconfig")
+    console = Kubectl(
+        admin.binary,
+        write_kubeconfig(
+            tmp_path / "console.kubeconfig", control_plane.server, control_plane.ca_path, "console", token
+        ),
+    )
+    assert "gitVersion" in console("get", "--raw", "/version", "--as=eve", "--as-group=system:authenticated")
+    error = refused(console, "get", "--raw", "/version", "--as=eve", "--as-group=system:masters")
+    assert 'cannot impersonate resource "groups"' in (error or "")
+    assert "cannot impersonate" in (
+        refused(console, "get", "secrets", "-A", "--as=eve", "--as-group=team-x") or ""
+    )

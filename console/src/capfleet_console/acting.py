@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import ssl
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -67,6 +67,14 @@ class KubeconfigCredentials:
     async def authorization(self) -> Mapping[str, str]:
         settings = (await self.configuration.auth_settings()).get("BearerToken")
         return {settings["key"]: settings["value"]} if settings and settings.get("value") else {}
+
+
+def impersonable(identity: Identity, allowed_groups: Iterable[str]) -> Identity:
+    """`identity` with only the groups the console may impersonate (`CAPFLEET_CONSOLE_GROUPS`, which the
+    console's ClusterRole names too): a user in `system:masters` or any other group left out acts as
+    themselves without it, so the console never lends a privileged group's rights to a session."""
+    allowed = set(allowed_groups)
+    return Identity(identity.user, tuple(g for g in identity.groups if g in allowed))
 
 
 def impersonation_headers(identity: Identity) -> CIMultiDict[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,8 @@ from capfleet.api import kinds
 from capfleet.kube import Kube, KubeError
 from capfleet.securemetrics import token_review
 from capfleet_console import views, vmform
-from capfleet_console.acting import Acting, Credentials, Identity
-from capfleet_console.sessions import COOKIE, Session, Sessions, cookie_options
+from capfleet_console.acting import Acting, Credentials, Identity, impersonable
+from capfleet_console.sessions import COOKIE, Session, Sessions, cookie_options, lifetime_of
 from capfleet_console.settings import ConsoleSettings
 
 HERE = Path(__file__).parent
@@ -142,13 +143,16 @@ async def signin(request: web.Request) -> web.Response:
     form = await request.post()
     token = str(form.get("token", "")).strip()
     identity = await review(request.app[REVIEWER], token) if token else None
-    if identity is None:
+    lifetime = lifetime_of(token, time.time())
+    if identity is None or lifetime <= 0:
         response = render(request, "signin.html", None, problem="The API server did not accept that token.")
         response.set_status(401)
         return response
-    session_id, _ = request.app[SESSIONS].open(identity)
+    settings = request.app[SETTINGS]
+    identity = impersonable(identity, settings.group_list())
+    session_id, _ = request.app[SESSIONS].open(identity, lifetime)
     response = web.HTTPSeeOther("/vms")
-    response.set_cookie(COOKIE, session_id, **cookie_options(request.app[SETTINGS].secure_cookies))
+    response.set_cookie(COOKIE, session_id, **cookie_options(settings.secure_cookies, lifetime))
     raise response
 
 

@@ -32,6 +32,13 @@ class ConsoleSettings(reconciling.Settings):
     """The namespace a page shows until the user picks another."""
     secure_cookies: bool = reconciling.setting(True, env="CAPFLEET_CONSOLE_SECURE_COOKIES")
     """Send the session cookie only over HTTPS (turn off only for a console on loopback)."""
+    groups: str = reconciling.setting("system:authenticated", env="CAPFLEET_CONSOLE_GROUPS")
+    """Comma-separated groups the console impersonates when a signed-in user is in them; every other
+    group of the user is dropped. The console's ClusterRole may impersonate exactly these (its
+    `resourceNames`): list a team's OIDC group in both to grant through it."""
+
+    def group_list(self) -> list[str]:
+        return [g.strip() for g in self.groups.split(",") if g.strip()]
 
     def image_list(self) -> list[str]:
         return [i.strip() for i in self.images.split(",") if i.strip()]

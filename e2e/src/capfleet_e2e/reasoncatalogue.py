@@ -767,6 +767,17 @@ BAREMETAL_PROVISION = Group(
             wipe the disks by hand before the server is reused.""",
         ),
         Reason(
+            "DeletionBlocked",
+            "BaremetalInstance `Ready=False` and a Warning Event, while it is being deleted",
+            """The server was acted on (it may run what the cluster put on it), so it must be powered off,
+            and cleaned if asked, before its object goes and the NetBox device is released; but its BMC
+            cannot be used: the message gives the cause (`CredentialsMissing`, `CredentialsInvalid`,
+            `BMCAddressRefused`, ...). The deletion waits, retried every 10 s to 2 minutes.""",
+            """Fix what the message names (restore the credentials Secret, correct the spec), or, for a
+            server gone for good or one you will wipe by hand, annotate the BaremetalInstance
+            `baremetal.capfleet.dev/detached=true`: it is then deleted leaving the server as it is.""",
+        ),
+        Reason(
             "Connected",
             "BaremetalInstance `BMCReachable=True`",
             "The BMC answered with these credentials.",

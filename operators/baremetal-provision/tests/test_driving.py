@@ -451,3 +451,40 @@ async def test_a_detached_instance_leaves_its_bmc_alone_and_is_deleted_without_i
     assert condition(kube, "Ready")["status"] == "False"
     await provisioning.deprovision(ctx, body(detached, cleaning="metadata"))
     assert server.calls == []
+
+
+@pytest.mark.parametrize(
+    ("change", "cause"),
+    [
+        ("password", "CredentialsInvalid"),  # the BMC password taken out of its Secret
+        ("secret", "CredentialsMissing"),  # the Secret deleted
+        ("cidr", "BMCAddressRefused"),  # a CIDR added that the BMC is not in
+    ],
+)
+async def test_a_touched_server_whose_bmc_cannot_be_used_is_not_released_as_it_is(
+    change: str, cause: str
+) -> None:
+    """No deletion is fail-open: a server that was acted on is powered off (and cleaned) before its
+    object goes, so one whose spec or Secret no longer lets capfleet reach its BMC waits, says why and
+    names the ways out; `detached` is the one that needs no BMC."""
+    server = FakeBMC(power="On")
+    ctx, kube = context(server)
+    if change == "password":
+        kube.secrets["bm-bmc"] = {"username": b64("admin")}
+    elif change == "secret":
+        kube.secrets.clear()
+    bmc = {"address": "ipmi://10.0.0.1", "credentialsSecretRef": {"name": "bm-bmc"}}
+    spec = {"bmc": {**bmc, "addressCIDRs": ["192.0.2.0/24"]}} if change == "cidr" else {}
+    touched = {markers.BMC_TOUCHED: ago(600), markers.CALLED_BACK: ago(500)}
+    deleted = body(touched, cleaning="metadata", **spec)
+    with pytest.raises(errors.Waiting) as raised:
+        await provisioning.deprovision(ctx, deleted, patience=0)
+    assert server.calls == []
+    ready = condition(kube, "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", provisioning.DELETION_BLOCKED)
+    assert cause in ready["message"]
+    assert markers.DETACHED in ready["message"]
+    assert "powered off and cleaned" in str(raised.value)
+    assert ("Warning", provisioning.DELETION_BLOCKED) in kube.events
+    await provisioning.deprovision(ctx, body({**touched, markers.DETACHED: ""}, cleaning="metadata", **spec))
+    assert server.calls == []

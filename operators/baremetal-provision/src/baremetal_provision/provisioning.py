@@ -394,16 +394,34 @@ async def _deprovision(ctx: Context, instance: BaremetalInstance, body: Mapping[
         raise errors.Waiting("paused: the server is powered off once the object is unpaused", reason="Paused")
     status = InstanceStatus(ctx, body)
     async with ctx.lock(meta):
+        clean = markers.cleans(meta, instance.spec)
         try:
             target = await open_bmc(ctx, instance)
-        except errors.InvalidSpec:
-            return  # nothing can be reached with this spec; nothing to undo
-        clean = markers.cleans(meta, instance.spec)
+        except (errors.InvalidSpec, errors.DependencyMissing) as exc:
+            # The server was acted on: it may be running what the cluster put on it. Deleting the object
+            # without powering it off (and cleaning it) would release it as it is, so the deletion waits
+            # and says what would let it go on.
+            blocked = errors.Waiting(deletion_blocked(exc, clean), reason=DELETION_BLOCKED)
+            await status.failed(blocked)
+            raise blocked from exc
         try:
             await _undo(Pass(ctx, target, instance, status, boot_mark=markers.CLEANING_BOOTED, clean=clean))
         finally:
             await target.close()
     ctx.forget(meta)
+
+
+DELETION_BLOCKED = "DeletionBlocked"
+
+
+def deletion_blocked(cause: errors.CapfleetError, clean: bool) -> str:
+    """Why a touched server's deletion cannot go on, and the two ways out."""
+    work = "powered off and cleaned" if clean else "powered off"
+    return (
+        f"the server must be {work} before it is released, but its BMC cannot be used: {cause.reason}: "
+        f"{cause.message}; fix the spec or its Secret, or annotate {markers.DETACHED}=true to delete it "
+        "leaving the server as it is"
+    )
 
 
 async def _undo(run: Pass) -> None:

@@ -154,7 +154,8 @@ SHARED = Group(
             "import urllib.request; print(urllib.request.urlopen('<url>/api/status/').status)"`); network
             policies and egress proxies in between. A NetboxDevice or NetboxVirtualMachine being deleted
             waits for NetBox to give back what it holds; for a NetBox gone for good, annotate it
-            `netbox.capfleet.dev/detached=true` and it is deleted without NetBox (what it held there
+            `netbox.capfleet.dev/detached=true` (an IPAddressClaim of a NetboxIPPool:
+            `ipam.capfleet.dev/detached=true`) and it is deleted without NetBox (what it held there
             stays).""",
         ),
         Reason(

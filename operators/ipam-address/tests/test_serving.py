@@ -83,8 +83,11 @@ class FakeNetbox:
         self.owned, self.free = owned, list(free or [])
         self.fields: list[Mapping[str, Any]] = []
         self.released: list[int] = []
+        self.fail: Exception | None = None
 
     async def find_owned(self, owner: str) -> NetboxAddress | None:
+        if self.fail is not None:
+            raise self.fail
         return self.owned
 
     async def allocate(self, target: Target, fields: Mapping[str, Any]) -> NetboxAddress | None:
@@ -415,6 +418,20 @@ async def test_netbox_is_asked_to_release_only_what_a_claim_may_have_written_the
     )
     await serving.release_claim(bound, claim_of(claim_body("nb", "NetboxIPPool")))
     assert netbox.released[-1] == 4
+
+
+async def test_a_detached_claim_is_released_without_netbox() -> None:
+    """NetBox gone for good: a claim annotated detached lets its IPAddress go without asking NetBox, whose
+    IP stays as it is, so the deletion cannot wait for a NetBox that never comes back."""
+    netbox = FakeNetbox(owned=NetboxAddress(4, "10.0.0.4/24"))
+    netbox.fail = errors.BackendUnavailable("NetBox answered 503", reason="NetBoxUnavailable")
+    ctx = context(FakeKube(netbox_secret()), netbox_pool(), netbox=netbox)
+    marked = {claims.NETBOX_MARK: "started"}
+    with pytest.raises(errors.BackendUnavailable):
+        await serving.release_claim(ctx, claim_of(claim_body("nb", "NetboxIPPool", annotations=marked)))
+    detached = {**marked, claims.DETACHED: "true"}
+    await serving.release_claim(ctx, claim_of(claim_body("nb", "NetboxIPPool", annotations=detached)))
+    assert netbox.released == []
 
 
 def test_only_claims_and_addresses_of_our_pools_are_ours() -> None:

@@ -118,6 +118,7 @@ async def test_a_vm_whose_user_data_secret_is_not_meant_for_vms_is_neither_place
         await wait_condition(kube, HYPERVISORS, name, None, "Reachable", "True", 30)
         body = vm_body("curious", namespace)
         body["spec"]["cloudInit"] = {"userDataSecretRef": {"name": "c1-ca", "key": "value"}}
+        body["spec"]["disks"] = [{"name": "root", "sizeGiB": 1}]  # an empty disk: this test is about the seed
         await kube.create(VMS, body, namespace)
         vm = await wait_condition(kube, VMS, "curious", namespace, "Scheduled", "False", 30)
         scheduled = condition(vm, "Scheduled") or {}

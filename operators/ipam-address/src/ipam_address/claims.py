@@ -34,6 +34,9 @@ PROTECT_FINALIZER = "ipam.cluster.x-k8s.io/ProtectAddress"
 # Its value is the instance name the claim's NetBox IP is owned under (`capfleet.instances`); LEGACY_MARK
 # for claims whose IP was allocated before instance names were recorded.
 NETBOX_MARK = "ipam-address.capfleet.dev/netbox-allocation"
+DETACHED = "ipam.capfleet.dev/detached"
+"""On an IPAddressClaim being deleted: leave its NetBox IP as NetBox has it (NetBox gone for good), so the
+deletion needs no NetBox. Metal3's and capfleet's other kinds' `detached`."""
 LEGACY_MARK = "started"
 
 POOL_NOT_READY = "PoolNotReady"
@@ -253,10 +256,11 @@ def failure_reason(error: errors.CapfleetError) -> str:
 
 
 async def release(ctx: Context, claim: Claim) -> None:
-    """Release the claim's address in NetBox (unless moving, or nothing was ever written there), then let
-    its IPAddress go."""
+    """Release the claim's address in NetBox (unless moving, detached, or nothing was ever written there),
+    then let its IPAddress go."""
     pool = ctx.lookups.pool(claim.pool)
-    in_netbox = claim.pool.kind != IN_CLUSTER and not pausing.moving(claim.meta)
+    detached = DETACHED in (claim.meta.get("annotations") or {})
+    in_netbox = claim.pool.kind != IN_CLUSTER and not pausing.moving(claim.meta) and not detached
     address = ctx.lookups.address_of_claim(claim.namespace, claim.name)
     if pool is not None and in_netbox and may_hold_netbox_address(claim, address):
         addressing = await ctx.netbox_clients.for_pool(ctx.kube, pool)

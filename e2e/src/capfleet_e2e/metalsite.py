@@ -144,6 +144,7 @@ async def open_metal(
     env |= {
         "CAPFLEET_DEPLOY_RAMDISK_DIR": str(deploy_ramdisk.directory),
         "CAPFLEET_IMAGE_CACHE_DIR": str(workdir / "images"),
+        "CAPFLEET_IMAGE_SOURCE_CIDRS": "127.0.0.0/8",  # the lab's image server is on loopback
         # virtualbmc speaks only cipher suite 3; the Redfish servers do not care.
         "CAPFLEET_IPMI_CIPHER_SUITE": "3",
     }

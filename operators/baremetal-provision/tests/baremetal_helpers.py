@@ -66,6 +66,7 @@ def deploy_env(pxe_lab: PxeLab, ramdisk: DeployRamdisk, files: Path, cache: Path
         **operator_env(pxe_lab, files, tls=True),
         "CAPFLEET_DEPLOY_RAMDISK_DIR": str(ramdisk.directory),
         "CAPFLEET_IMAGE_CACHE_DIR": str(cache),
+        "CAPFLEET_IMAGE_SOURCE_CIDRS": "127.0.0.0/8",  # the lab's image servers are on loopback
     }
 
 

@@ -29,6 +29,8 @@ def test_every_variable_keeps_its_name() -> None:
         "deploy_kernel_url": "CAPFLEET_DEPLOY_KERNEL_URL",
         "deploy_initrd_url": "CAPFLEET_DEPLOY_INITRD_URL",
         "image_cache_dir": "CAPFLEET_IMAGE_CACHE_DIR",
+        "image_cache_max_gib": "CAPFLEET_IMAGE_CACHE_MAX_GIB",
+        "image_source_cidrs": "CAPFLEET_IMAGE_SOURCE_CIDRS",
         "shutdown_seconds": "CAPFLEET_BMC_SHUTDOWN_SECONDS",
         "power_wait_seconds": "CAPFLEET_BMC_POWER_WAIT_SECONDS",
         "ipmi_cipher_suite": "CAPFLEET_IPMI_CIPHER_SUITE",

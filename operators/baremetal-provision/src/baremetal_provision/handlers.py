@@ -59,7 +59,9 @@ async def start_boot_server(memo: kopf.Memo, **kwargs: Any) -> None:
     memo[ATTEMPTS_KEY] = OpenedAttempts()
     # kopf passes its indexes by name; its startup handler type does not declare them.
     by_mac, by_token = kwargs["instances_by_mac"], kwargs["instances_by_token"]
-    images = imagecache.open_cache(settings.image_cache_dir)
+    images = imagecache.open_cache(
+        settings.image_cache_dir, settings.image_cache_max_gib, settings.image_source_cidrs
+    )
     memo[IMAGE_CACHE_KEY] = images
     lookup = serving.Lookup(memo, by_mac, by_token, settings, images)
     memo[BOOT_SERVER_KEY] = await serving.start(serving.application(lookup), settings)

@@ -13,10 +13,12 @@ next to the operator, as Ironic's HTTP root); `CAPFLEET_DEPLOY_RAMDISK_DIR`, whe
 unless `CAPFLEET_DEPLOY_KERNEL_URL` and `CAPFLEET_DEPLOY_INITRD_URL` say where else servers fetch them;
 `CAPFLEET_IMAGE_CACHE_DIR`, when set, turns on the image cache: servers fetch their image from the operator,
 which downloads it once per checksum (verified) and keeps it there, so a provisioning network needs no route
-to the image's URL; `CAPFLEET_BMC_SHUTDOWN_SECONDS` is how long a graceful shutdown may take before the power
-is cut; `CAPFLEET_BMC_POWER_WAIT_SECONDS` how long a power change is waited for; `CAPFLEET_IPMI_CIPHER_SUITE`
-(17 or 3) is the cipher suite proposed to IPMI BMCs first (3 for BMCs that cannot negotiate 17, such as
-virtualbmc).
+to the image's URL, up to `CAPFLEET_IMAGE_CACHE_MAX_GIB` (least recently served images evicted), fetching
+only from `CAPFLEET_IMAGE_SOURCE_CIDRS` when set (comma-separated networks) and never from loopback,
+link-local or its own addresses otherwise; `CAPFLEET_BMC_SHUTDOWN_SECONDS` is how long a graceful
+shutdown may take before the power is cut; `CAPFLEET_BMC_POWER_WAIT_SECONDS` how long a power change is
+waited for; `CAPFLEET_IPMI_CIPHER_SUITE` (17 or 3) is the cipher suite proposed to IPMI BMCs first (3 for
+BMCs that cannot negotiate 17, such as virtualbmc).
 """
 
 from __future__ import annotations
@@ -88,6 +90,8 @@ class BaremetalSettings(reconciling.Settings):
     deploy_kernel_url: str | None = None
     deploy_initrd_url: str | None = None
     image_cache_dir: str | None = None
+    image_cache_max_gib: float = setting(16.0, env="CAPFLEET_IMAGE_CACHE_MAX_GIB")
+    image_source_cidrs: str = setting("", env="CAPFLEET_IMAGE_SOURCE_CIDRS")
     shutdown_seconds: float = setting(60.0, env="CAPFLEET_BMC_SHUTDOWN_SECONDS")
     power_wait_seconds: float = setting(30.0, env="CAPFLEET_BMC_POWER_WAIT_SECONDS")
     ipmi_cipher_suite: int = setting(17, parse=_cipher_suite)

@@ -30,4 +30,5 @@ spec:
   knownHostsSecretRef: {name: hypervisor-ssh, namespace: capfleet-system}
   storagePool: default
   baseImages: ["*.qcow2"]
+  networks: [{network: default}, {userMode: true}]
 YAML

@@ -522,6 +522,17 @@ LIBVIRT_VM = Group(
             "Read libvirt's error; on the host, `journalctl -u libvirtd` (or `virtqemud`).",
         ),
         Reason(
+            "NetworkNotOffered",
+            "LibvirtVM `Scheduled=False`, or `Defined=False` on the hypervisor its spec names",
+            """An interface attaches to a bridge, libvirt network or user-mode networking that no matching
+            Hypervisor lists in `spec.networks` for the VM's namespace, so the VM is not placed, or its
+            domain not defined on the hypervisor its spec names. Retried (10-15 s at first, doubling to
+            2-5 minutes), so a network listed later is picked up.""",
+            """Attach the VM to what its hypervisors offer (`kubectl get hypervisor <name> -o
+            jsonpath='{.spec.networks}'`), or, as an administrator, add the bridge or network (and the
+            namespace) to the Hypervisor's `spec.networks` ([Hypervisors](../site/hypervisors.md)).""",
+        ),
+        Reason(
             "NoHypervisorMatches",
             "LibvirtVM `Scheduled=False`",
             """No Hypervisor is ready (`Reachable=True` with its capacity measured) and matches the VM's

@@ -42,6 +42,9 @@ LAB_BASE_IMAGES = ("*.qcow2", "*.raw")
 """What the lab's Hypervisors let VMs clone: every qcow2 volume but the VMs' own (whose names carry `_`,
 which no pattern matches): the test image, the node image, the benches' halting image, and names that do
 not exist."""
+LAB_NETWORKS: tuple[dict[str, object], ...] = ({"userMode": True}, {"bridge": "*"}, {"network": "*"})
+"""What the lab's Hypervisors let VMs attach to: anything, in every namespace (each test makes its own
+bridges); tests of the rule give a Hypervisor a list of their own."""
 SITE_LABEL = "capfleet.dev/site"
 BMC_FIELD = "bmc_address"
 OWNER_FIELD = "capfleet_owner"
@@ -169,6 +172,7 @@ async def register_hypervisor(
     known_hosts: str | None = None,
     reach: Reach = on_loopback,
     base_images: tuple[str, ...] = LAB_BASE_IMAGES,
+    networks: tuple[dict[str, object], ...] = LAB_NETWORKS,
 ) -> str:
     """Secrets (in `secret_namespace`) and a Hypervisor object for test hypervisor `hv`; returns its name.
     The host key is the sshd's own under the name the operators reach it by."""
@@ -196,6 +200,7 @@ async def register_hypervisor(
             "failureDomain": hv.failure_domain,
             "storagePool": hv.pool_name,
             "baseImages": list(base_images),
+            "networks": list(networks),
         },
     }
     await kube.create(kinds.HYPERVISOR.resource, body)

@@ -16,7 +16,7 @@ from capfleet.api import kinds
 from capfleet.api.libvirt import USER_DATA_LABEL
 from capfleet.kube import Kube
 from capfleet_e2e.libvirt.hypervisor import Hypervisor
-from capfleet_e2e.site import BASE_IMAGE, LAB_BASE_IMAGES
+from capfleet_e2e.site import BASE_IMAGE, LAB_BASE_IMAGES, LAB_NETWORKS
 from capfleet_e2e.waiting import eventually
 
 HYPERVISORS = kinds.HYPERVISOR.resource
@@ -55,6 +55,7 @@ async def create_hypervisor(
     reserved: dict[str, int] | None = None,
     labels: dict[str, str] | None = None,
     base_images: tuple[str, ...] = LAB_BASE_IMAGES,
+    networks: tuple[dict[str, object], ...] = LAB_NETWORKS,
 ) -> str:
     """Secrets (in `namespace`) and a Hypervisor object for test hypervisor `hv`, offering `base_images`
     to clone; returns its name."""
@@ -82,6 +83,7 @@ async def create_hypervisor(
             "failureDomain": hv.failure_domain,
             "storagePool": hv.pool_name,
             "baseImages": list(base_images),
+            "networks": list(networks),
             "reserved": reserved or {},
         },
     }

@@ -1,13 +1,13 @@
 """Faults and placement on real hypervisors: a wrong known_hosts is refused with a clear condition; sshd
 stopped mid-way gives a condition, then the VM converges once it is back, as it does after libvirtd
-restarts mid-create; a volume the Hypervisor does not offer is never cloned, nor a Secret not meant for
-VMs read into a seed; a missing base image is reported and leaves no volume; three anti-affine VMs
-spread over two hypervisors within each one's capacity, a fourth waits for room; a root disk left too
-small by a kill is grown; a Hypervisor's deletion waits for its VMs; a VM whose host is gone says why its
-deletion fails, and `detached` lets it go, as does a VM that never wrote to its host; a deletion while
-libvirtd hangs says so within the call time-out and finishes once it answers; a deletion run again after
-it let go of its Secrets finishes without them; another management cluster's domain of the same name is
-neither taken nor deleted."""
+restarts mid-create; a volume the Hypervisor does not offer is never cloned, a network it does not offer
+the VM's namespace never attached, nor a Secret not meant for VMs read into a seed; a missing base image
+is reported and leaves no volume; three anti-affine VMs spread over two hypervisors within each one's
+capacity, a fourth waits for room; a root disk left too small by a kill is grown; a Hypervisor's deletion
+waits for its VMs; a VM whose host is gone says why its deletion fails, and `detached` lets it go, as does
+a VM that never wrote to its host; a deletion while libvirtd hangs says so within the call time-out and
+finishes once it answers; a deletion run again after it let go of its Secrets finishes without them;
+another management cluster's domain of the same name is neither taken nor deleted."""
 
 from __future__ import annotations
 
@@ -130,6 +130,38 @@ async def test_a_vm_whose_user_data_secret_is_not_meant_for_vms_is_neither_place
         label = {"metadata": {"labels": {USER_DATA_LABEL: "true"}}}
         await kube.patch(resources.SECRETS, "c1-ca", label, namespace)  # its owner says it is meant for VMs
         await wait_condition(kube, VMS, "curious", namespace, "SeedReady", "True", 90)
+    finally:
+        await delete_all(kube, namespace, [name])
+
+
+async def test_a_vm_attaches_only_to_what_its_hypervisor_offers_its_namespace(
+    kube: Kube, namespace: str, run_operator: RunOperator, hypervisors: list[Hypervisor]
+) -> None:
+    """A tenant's VM on the provisioning network would be a server there: an interface attaches only to a
+    bridge, network or user-mode networking its Hypervisor lists in `spec.networks` for the VM's
+    namespace, whether the VM is placed by the rules or names its hypervisor; nothing is defined."""
+    hv = hypervisors[0]
+    run_operator("libvirt_vm", env=OPERATOR_ENV)
+    offered: tuple[dict[str, object], ...] = (
+        {"bridge": "br-nodes"},
+        {"userMode": True, "namespaces": ["ops"]},
+    )
+    name = await create_hypervisor(kube, namespace, hv, networks=offered)
+    try:
+        await wait_condition(kube, HYPERVISORS, name, None, "Reachable", "True", 30)
+        disks = [{"name": "root", "sizeGiB": 1}]
+        await create_vm(kube, namespace, "roamer", NO_CALLBACK, disks=disks)  # user-mode, offered to ops only
+        await create_vm(kube, namespace, "pinned", NO_CALLBACK, disks=disks, hypervisorName=name)
+        roamer = await wait_condition(kube, VMS, "roamer", namespace, "Scheduled", "False", 30)
+        assert (condition(roamer, "Scheduled") or {}).get("reason") == "NetworkNotOffered"
+        pinned = await wait_condition(kube, VMS, "pinned", namespace, "Defined", "False", 60)
+        assert (condition(pinned, "Defined") or {}).get("reason") == "NetworkNotOffered"
+        assert leftovers(hv, namespace)[0] == [], "no domain defined"
+
+        offer = {"spec": {"networks": [*offered, {"userMode": True, "namespaces": [namespace]}]}}
+        await kube.patch(HYPERVISORS, name, offer)
+        await wait_condition(kube, VMS, "pinned", namespace, "Defined", "True", 90)
+        await wait_condition(kube, VMS, "roamer", namespace, "Scheduled", "True", 90)
     finally:
         await delete_all(kube, namespace, [name])
 

@@ -65,3 +65,24 @@ def test_no_pattern_offers_a_vms_own_volume() -> None:
     assert not placing.offers(("*",), "tenant-b_db_cidata.iso")
     assert placing.not_offered(("*.qcow2",), ["a.qcow2", "b.raw", "x_y.qcow2"]) == ["b.raw", "x_y.qcow2"]
     assert not placing.offers((), "a.qcow2")
+
+
+def test_a_vm_goes_only_where_its_interfaces_are_offered_to_its_namespace() -> None:
+    nodes = placing.Attachment("bridge", "br-nodes")
+    prov = placing.Attachment("bridge", "br-prov", frozenset({"ops"}))
+    hv = dataclasses.replace(A, networks=(nodes, prov, placing.Attachment("network", "lab-*")))
+    wants = frozenset({placing.attachment("br-nodes", None, False)})
+    tenant = placing.Request(placing.Demand(1, 512, 1), {}, None, attachments=wants, namespace="team-a")
+    assert placing.place(tenant, [hv], []).hypervisor == "a"
+    onto_prov = dataclasses.replace(
+        tenant, attachments=frozenset({placing.attachment("br-prov", None, False)})
+    )
+    refused = placing.place(onto_prov, [hv], [])
+    assert (refused.hypervisor, refused.reason) == (None, placing.NETWORK_NOT_OFFERED)
+    assert "bridge br-prov" in refused.message
+    assert placing.place(dataclasses.replace(onto_prov, namespace="ops"), [hv], []).hypervisor == "a"
+    lab = dataclasses.replace(tenant, attachments=frozenset({placing.attachment(None, "lab-7", False)}))
+    assert placing.place(lab, [hv], []).hypervisor == "a"  # a pattern
+    user = dataclasses.replace(tenant, attachments=frozenset({placing.attachment(None, None, True)}))
+    assert placing.not_attachable(hv.networks, user.attachments, "team-a") == ["userMode"]
+    assert placing.place(tenant, [A], []).reason == placing.NETWORK_NOT_OFFERED  # nothing offered

@@ -8,6 +8,7 @@ retries anyway and a refused host key needs a person, not a storm of reconnects.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -102,4 +103,15 @@ def candidate(hypervisor: Hypervisor, settings: LibvirtSettings) -> placing.Cand
         memory_mib=capacity.memory_mib - reserved.memory_mib,
         storage_gib=int(capacity.storage_gib * settings.storage_overcommit),
         base_images=tuple(hypervisor.spec.base_images),
+        networks=networks_of(hypervisor),
+    )
+
+
+def networks_of(hypervisor: Hypervisor) -> tuple[placing.Attachment, ...]:
+    """What the hypervisor lets VMs attach to, and which namespaces' VMs."""
+    return tuple(
+        dataclasses.replace(
+            placing.attachment(n.bridge, n.network, n.user_mode), namespaces=frozenset(n.namespaces)
+        )
+        for n in hypervisor.spec.networks
     )

@@ -7,7 +7,9 @@ from the VMs' specs, which is fresher than any hypervisor's status). Among the h
 the one with the fewest VMs of the same anti-affinity key wins, then the one with the most free memory,
 then the first by name, so the same inputs always give the same answer. A VM goes only where every
 base image it clones is offered (`spec.baseImages`): a hypervisor's pool holds every VM's volumes, and
-what may be cloned from it is the administrator's list, never whatever the pool holds.
+what may be cloned from it is the administrator's list, never whatever the pool holds. Likewise its
+interfaces go only where the hypervisor offers each bridge, network or user-mode networking to the VM's
+namespace (`spec.networks`), so no tenant puts a VM on the provisioning or BMC network.
 """
 
 from __future__ import annotations
@@ -17,6 +19,39 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 BASE_IMAGE_NOT_OFFERED = "BaseImageNotOffered"
+NETWORK_NOT_OFFERED = "NetworkNotOffered"
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """What an interface attaches to (`kind` bridge, network or userMode, and its `name`), and, as a
+    hypervisor offers it, the namespaces whose VMs may (every namespace when empty)."""
+
+    kind: str
+    name: str = ""
+    namespaces: frozenset[str] = frozenset()
+
+    def describe(self) -> str:
+        return self.kind if not self.name else f"{self.kind} {self.name}"
+
+
+def attachment(bridge: str | None, network: str | None, user_mode: bool) -> Attachment:
+    if bridge:
+        return Attachment("bridge", bridge)
+    if network:
+        return Attachment("network", network)
+    return Attachment("userMode") if user_mode else Attachment("none")
+
+
+def not_attachable(offered: Iterable[Attachment], wanted: Iterable[Attachment], namespace: str) -> list[str]:
+    """What of `wanted` a hypervisor offering `offered` (names may be shell patterns) does not let a VM
+    of `namespace` attach to."""
+    allowed = [o for o in offered if not o.namespaces or namespace in o.namespaces]
+
+    def offered_for(w: Attachment) -> bool:
+        return any(o.kind == w.kind and fnmatch.fnmatchcase(w.name, o.name or "") for o in allowed)
+
+    return sorted({w.describe() for w in wanted if not offered_for(w)})
 
 
 @dataclass(frozen=True)
@@ -41,6 +76,7 @@ class Candidate:
     memory_mib: int
     storage_gib: int
     base_images: tuple[str, ...] = ()
+    networks: tuple[Attachment, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -49,6 +85,8 @@ class Request:
     match_labels: Mapping[str, str]
     failure_domain: str | None
     images: frozenset[str] = frozenset()
+    attachments: frozenset[Attachment] = frozenset()
+    namespace: str = ""
 
 
 @dataclass(frozen=True)
@@ -99,7 +137,7 @@ def not_offered(base_images: Iterable[str], images: Iterable[str]) -> list[str]:
 
 def place(request: Request, candidates: Iterable[Candidate], placed: list[tuple[str, Demand]]) -> Decision:
     """The hypervisor for `request`, or why there is none (NoHypervisorMatches, BaseImageNotOffered,
-    InsufficientCapacity)."""
+    NetworkNotOffered, InsufficientCapacity)."""
     matching = [
         c
         for c in candidates
@@ -115,7 +153,14 @@ def place(request: Request, candidates: Iterable[Candidate], placed: list[tuple[
         images = ", ".join(sorted(request.images))
         message = f"no matching Hypervisor offers base image(s) {images} in spec.baseImages"
         return Decision(None, BASE_IMAGE_NOT_OFFERED, message)
-    matching = offering
+    attaching = [
+        c for c in offering if not not_attachable(c.networks, request.attachments, request.namespace)
+    ]
+    if not attaching:
+        wanted = ", ".join(sorted(a.describe() for a in request.attachments))
+        message = f"no matching Hypervisor offers {wanted} to namespace {request.namespace} in spec.networks"
+        return Decision(None, NETWORK_NOT_OFFERED, message)
+    matching = attaching
     key = request.demand.anti_affinity_key
     options: list[tuple[int, int, str]] = []
     for candidate in matching:

@@ -51,6 +51,7 @@ class Placed:
     pool_name: str
     domain: str
     base_images: tuple[str, ...] = ()
+    networks: tuple[placing.Attachment, ...] = ()
 
     def run(self, call: Callable[[Any], T]) -> Awaitable[T]:
         """Run `call` with the hypervisor's pooled libvirt connection, in a worker thread."""
@@ -75,7 +76,8 @@ async def place(ctx: Context, vm: LibvirtVM, owner: domains.Owner) -> str:
             if not h["metadata"].get("deletionTimestamp")
         ]
         selector, images = vm.spec.hypervisor_selector.match_labels, base_images_of(vm)
-        request = placing.Request(demand, selector, vm.spec.failure_domain, images)
+        wanted = attachments_of(vm)
+        request = placing.Request(demand, selector, vm.spec.failure_domain, images, wanted, owner.namespace)
         decision = placing.place(request, candidates, placements.on_hypervisors(placed))
         if decision.hypervisor is None:
             raise errors.Waiting(decision.message, reason=decision.reason)
@@ -103,8 +105,25 @@ async def reach(ctx: Context, meta: Mapping[str, Any], hv_name: str) -> Placed:
     owner = owner_of(meta)
     hypervisor, target = await hypervisor_target(ctx, hv_name, secretholds.Holder(VMS, meta))
     domain = names.domain_name(owner.namespace, owner.name)
-    pool = hypervisor.spec.storage_pool
-    return Placed(ctx, owner, hv_name, target, pool, domain, tuple(hypervisor.spec.base_images))
+    pool, images = hypervisor.spec.storage_pool, tuple(hypervisor.spec.base_images)
+    return Placed(ctx, owner, hv_name, target, pool, domain, images, hypervisors.networks_of(hypervisor))
+
+
+def attachments_of(vm: LibvirtVM) -> frozenset[placing.Attachment]:
+    """What the VM's interfaces attach to."""
+    return frozenset(placing.attachment(i.bridge, i.network, i.user_mode) for i in vm.spec.interfaces)
+
+
+async def attachable(placed: Placed, vm: LibvirtVM) -> None:
+    """Nothing, once the hypervisor offers every interface's attachment to the VM's namespace: a VM whose
+    spec names its hypervisor was not placed by the rules, and an interface may be added later."""
+    refused = placing.not_attachable(placed.networks, attachments_of(vm), placed.owner.namespace)
+    if refused:
+        message = (
+            f"Hypervisor {placed.hypervisor} does not offer {', '.join(refused)} to namespace "
+            f"{placed.owner.namespace}: an administrator lists what VMs may attach to in its spec.networks"
+        )
+        raise errors.DependencyMissing(message, reason=placing.NETWORK_NOT_OFFERED)
 
 
 def base_images_of(vm: LibvirtVM) -> frozenset[str]:
@@ -289,7 +308,9 @@ async def define(
     disks: tuple[domains.DiskDevice, ...],
     seed_path: str,
 ) -> None:
-    """Defined: the domain defined (kvm or qemu as configured and offered) and owned by this VM."""
+    """Defined: the domain defined (kvm or qemu as configured and offered) and owned by this VM, with
+    only interfaces its hypervisor offers to the VM's namespace."""
+    await run.step(DEFINED, attachable(placed, vm), "Pending")
     settings = placed.ctx.settings
     virt_type = settings.configured_virt_type
     if virt_type is None:  # "auto": the host's capabilities tell

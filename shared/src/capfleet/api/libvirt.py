@@ -86,6 +86,41 @@ class Capacity(Resources):
     storage_gib: int = Field(default=0, ge=0, alias="storageGiB", description="Storage pool space in GiB.")
 
 
+class NetworkAttachment(Model):
+    """What a NIC attaches to: a host bridge, a libvirt network, or QEMU user-mode networking."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel(
+            "[has(self.bridge), has(self.network), has(self.userMode) && self.userMode]"
+            ".filter(x, x).size() == 1",
+            "exactly one of bridge, network and userMode must be set",
+        )
+    )
+
+    bridge: str | None = Field(
+        default=None, min_length=1, max_length=15, description="Host bridge to attach to."
+    )
+    network: str | None = Field(
+        default=None, min_length=1, max_length=NAME_MAX, description="libvirt network to attach to."
+    )
+    user_mode: bool = Field(
+        default=False,
+        description="QEMU user-mode networking: no host bridge, but it reaches what the host reaches.",
+    )
+
+
+class HypervisorNetwork(NetworkAttachment):
+    """What VMs may attach to on a hypervisor (a bridge's or network's name may be a shell pattern), and
+    which namespaces' VMs may."""
+
+    namespaces: list[Annotated[str, Field(min_length=1, max_length=63)]] = Field(
+        default_factory=list,
+        max_length=256,
+        description="Namespaces whose VMs may attach to it; every namespace when empty.",
+        json_schema_extra={"default": []},
+    )
+
+
 class HypervisorSpec(Model):
     """Desired state of a hypervisor: how to reach it and what of it capfleet may use."""
 
@@ -116,6 +151,16 @@ class HypervisorSpec(Model):
             "shell-style patterns with `*` and `?`. Empty: no VM on this host clones a base image. "
             "Only what is listed is ever cloned, so a tenant's VM cannot copy a volume it was not "
             "given; VMs' own volumes (their names carry `_`) never match."
+        ),
+        json_schema_extra={"default": []},
+    )
+    networks: list[HypervisorNetwork] = Field(
+        default_factory=list,
+        max_length=64,
+        description=(
+            "What VMs' interfaces may attach to, per namespace. Nothing else is attached: a VM whose "
+            "interface names another bridge or network (the provisioning or BMC network) is not placed "
+            "on this host."
         ),
         json_schema_extra={"default": []},
     )
@@ -166,26 +211,8 @@ class VMDisk(Model):
     )
 
 
-class VMInterface(GuestInterface):
+class VMInterface(GuestInterface, NetworkAttachment):
     """A NIC of a VM: on a host bridge, on a libvirt network, or QEMU user-mode networking."""
-
-    model_config = ConfigDict(
-        json_schema_extra=cel(
-            "[has(self.bridge), has(self.network), has(self.userMode) && self.userMode]"
-            ".filter(x, x).size() == 1",
-            "exactly one of bridge, network and userMode must be set",
-        )
-    )
-
-    bridge: str | None = Field(
-        default=None, min_length=1, max_length=15, description="Host bridge to attach to."
-    )
-    network: str | None = Field(
-        default=None, min_length=1, max_length=NAME_MAX, description="libvirt network to attach to."
-    )
-    user_mode: bool = Field(
-        default=False, description="QEMU user-mode networking: no host bridge; for tests and isolated VMs."
-    )
 
 
 class CloudInit(Model):

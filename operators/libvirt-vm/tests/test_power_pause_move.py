@@ -124,6 +124,9 @@ async def test_a_vm_as_listed_is_only_compared_and_a_domain_stopped_behind_its_b
     name = await create_hypervisor(kube, namespace, hv)
     domain = f"{namespace}_vm1"
     try:
+        # A VM made before its hypervisor is Ready fails its first reconcile, and kopf's retry of it, due
+        # later, would start the stopped domain below instead of the re-check this test is about.
+        await wait_condition(kube, HYPERVISORS, name, None, "Ready", "True", 30)
         await create_vm(kube, namespace, "vm1", NO_CALLBACK)
         ready = await wait_condition(kube, VMS, "vm1", namespace, "Ready", "True", 60)
         uuid = ready["status"]["domainUUID"]

@@ -52,6 +52,8 @@ class Placed:
     domain: str
     base_images: tuple[str, ...] = ()
     networks: tuple[placing.Attachment, ...] = ()
+    user_data: bytes = b""
+    """The seed's user-data, read once per reconcile where the VM is placed (empty once `removeUserData`)."""
 
     def run(self, call: Callable[[Any], T]) -> Awaitable[T]:
         """Run `call` with the hypervisor's pooled libvirt connection, in a worker thread."""
@@ -99,14 +101,15 @@ async def hypervisor_target(
     return hypervisor, await ssh_target(ctx.kube, hypervisor, holder)
 
 
-async def reach(ctx: Context, meta: Mapping[str, Any], hv_name: str) -> Placed:
+async def reach(ctx: Context, meta: Mapping[str, Any], hv_name: str, user_data: bytes = b"") -> Placed:
     """The VM (`meta`, as just read) as placed on `hv_name`, with the SSH target of the hypervisor, whose
     Secrets the VM holds from then on."""
     owner = owner_of(meta)
     hypervisor, target = await hypervisor_target(ctx, hv_name, secretholds.Holder(VMS, meta))
     domain = names.domain_name(owner.namespace, owner.name)
     pool, images = hypervisor.spec.storage_pool, tuple(hypervisor.spec.base_images)
-    return Placed(ctx, owner, hv_name, target, pool, domain, images, hypervisors.networks_of(hypervisor))
+    networks = hypervisors.networks_of(hypervisor)
+    return Placed(ctx, owner, hv_name, target, pool, domain, images, networks, user_data)
 
 
 def attachments_of(vm: LibvirtVM) -> frozenset[placing.Attachment]:
@@ -140,11 +143,6 @@ async def seed_data(placed: Placed, vm: LibvirtVM) -> bytes:
     """The cidata ISO: the bootstrap Secret's user-data (none once `removeUserData`), meta-data and
     network-config."""
     cloud_init, owner = vm.spec.cloud_init, placed.owner
-    ref = cloud_init.user_data_secret_ref
-    if cloud_init.remove_user_data:
-        user_data = b""
-    else:
-        user_data = value_of(await user_data_secret(placed.ctx, vm, owner.namespace), ref.key)
     meta = cloudinit.meta_data(
         names.domain_uuid(owner.namespace, owner.name),
         cloud_init.hostname or owner.name,
@@ -152,7 +150,7 @@ async def seed_data(placed: Placed, vm: LibvirtVM) -> bytes:
         cloud_init.meta_data,
     )
     network = cloudinit.network_config(vm.spec.interfaces)
-    return seeding.cidata_iso(seeding.seed_files(user_data, meta, network))
+    return seeding.cidata_iso(seeding.seed_files(placed.user_data, meta, network))
 
 
 def owner_of(meta: Mapping[str, Any]) -> domains.Owner:
@@ -241,14 +239,15 @@ async def converge(ctx: Context, body: Mapping[str, Any], owner: domains.Owner) 
 
 async def schedule(ctx: Context, run: reconciling.Recorder, vm: LibvirtVM, owner: domains.Owner) -> Placed:
     """Scheduled: the VM's hypervisor (placing it if the spec names none), then a way to reach it."""
-    hv_name = await run.step(SCHEDULED, _placed(ctx, vm, owner), "Placed", "placed on its Hypervisor")
+    placing_vm = _placed(ctx, vm, owner)
+    hv_name, user_data = await run.step(SCHEDULED, placing_vm, "Placed", "placed on its Hypervisor")
     if vm.spec.hypervisor_name is None:
         # Placing changed the spec: report against the new generation.
         run.body = await ctx.kube.get(VMS, owner.name, owner.namespace) or run.body
     domain = names.domain_name(owner.namespace, owner.name)
     provider_id = provider_id_of(vm, hv_name, domain)
     run.fields.update({"hypervisorName": hv_name, "domainName": domain, "providerID": provider_id})
-    return await run.step(DISKS, reach(ctx, run.body["metadata"], hv_name), "Pending")
+    return await run.step(DISKS, reach(ctx, run.body["metadata"], hv_name, user_data), "Pending")
 
 
 async def take_name(run: reconciling.Recorder, placed: Placed) -> Placed:
@@ -344,12 +343,15 @@ async def power_as_asked(run: reconciling.Recorder, placed: Placed, vm: LibvirtV
         run.note(Update.true(RUNNING, "PoweredOff", "powered off as the spec asks"))
 
 
-async def _placed(ctx: Context, vm: LibvirtVM, owner: domains.Owner) -> str:
-    """The VM's hypervisor, once its user-data Secret is one meant for VMs: a VM is neither placed nor
-    built on what it may not boot with."""
+async def _placed(ctx: Context, vm: LibvirtVM, owner: domains.Owner) -> tuple[str, bytes]:
+    """The VM's hypervisor and its seed's user-data, read first: a VM whose Secret is not meant for VMs (or
+    lacks the key) is neither placed nor built on what it may not boot with. The user-data is read once per
+    reconcile, and is empty once `removeUserData`."""
+    user_data = b""
     if not vm.spec.cloud_init.remove_user_data:
-        await user_data_secret(ctx, vm, owner.namespace)
-    return vm.spec.hypervisor_name or await place(ctx, vm, owner)
+        ref = vm.spec.cloud_init.user_data_secret_ref
+        user_data = value_of(await user_data_secret(ctx, vm, owner.namespace), ref.key)
+    return vm.spec.hypervisor_name or await place(ctx, vm, owner), user_data
 
 
 async def user_data_secret(ctx: Context, vm: LibvirtVM, namespace: str) -> Obj:

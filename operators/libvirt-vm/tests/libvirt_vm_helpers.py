@@ -141,14 +141,25 @@ def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
 
 
 async def wait_condition(
-    kube: Kube, resource: Any, name: str, namespace: str | None, type_: str, status: str, within: float = 60
+    kube: Kube,
+    resource: Any,
+    name: str,
+    namespace: str | None,
+    type_: str,
+    status: str,
+    within: float = 60,
+    reason: str | None = None,
 ) -> dict[str, Any]:
+    """The object once its condition `type_` has `status` (and `reason`, when given)."""
+
     async def probe() -> dict[str, Any] | None:
         obj = await kube.get(resource, name, namespace)
         found = condition(obj, type_)
-        return obj if found is not None and found["status"] == status else None
+        if found is None or found["status"] != status:
+            return None
+        return obj if reason is None or found.get("reason") == reason else None
 
-    return await eventually(f"{name} {type_}={status}", probe, within)
+    return await eventually(f"{name} {type_}={status} {reason or ''}".rstrip(), probe, within)
 
 
 async def delete_all(kube: Kube, namespace: str, hypervisor_names: list[str]) -> None:

@@ -102,7 +102,8 @@ async def test_a_vm_whose_user_data_secret_is_not_meant_for_vms_is_neither_place
     kube: Kube, namespace: str, run_operator: RunOperator, hypervisors: list[Hypervisor]
 ) -> None:
     """libvirt-vm reads user-data with its own rights: a VM naming the cluster's CA Secret (or any Secret
-    not labelled for VMs) is not placed and nothing of the Secret reaches a seed; labelled, it goes on."""
+    not labelled for VMs) is not placed and nothing of the Secret reaches a seed; labelled but without the
+    key the VM names, it is not placed either; with the key, it goes on."""
     hv = hypervisors[0]
     run_operator("libvirt_vm", env=OPERATOR_ENV)
     name = await create_hypervisor(kube, namespace, hv)
@@ -118,7 +119,7 @@ async def test_a_vm_whose_user_data_secret_is_not_meant_for_vms_is_neither_place
         await kube.create(resources.SECRETS, ca, namespace)
         await wait_condition(kube, HYPERVISORS, name, None, "Reachable", "True", 30)
         body = vm_body("curious", namespace)
-        body["spec"]["cloudInit"] = {"userDataSecretRef": {"name": "c1-ca", "key": "value"}}
+        body["spec"]["cloudInit"] = {"userDataSecretRef": {"name": "c1-ca", "key": "userdata"}}
         body["spec"]["disks"] = [{"name": "root", "sizeGiB": 1}]  # an empty disk: this test is about the seed
         await kube.create(VMS, body, namespace)
         vm = await wait_condition(kube, VMS, "curious", namespace, "Scheduled", "False", 30)
@@ -130,6 +131,14 @@ async def test_a_vm_whose_user_data_secret_is_not_meant_for_vms_is_neither_place
 
         label = {"metadata": {"labels": {USER_DATA_LABEL: "true"}}}
         await kube.patch(resources.SECRETS, "c1-ca", label, namespace)  # its owner says it is meant for VMs
+        vm = await wait_condition(
+            kube, VMS, "curious", namespace, "Scheduled", "False", 30, reason="SecretKeyMissing"
+        )
+        assert not vm["spec"].get("hypervisorName"), "a seed without its user-data is not built"
+        assert leftovers(hv, namespace) == ([], [])
+
+        user_data = {"data": {"userdata": b64("#cloud-config\n")}}
+        await kube.patch(resources.SECRETS, "c1-ca", user_data, namespace)
         await wait_condition(kube, VMS, "curious", namespace, "SeedReady", "True", 90)
     finally:
         await delete_all(kube, namespace, [name])

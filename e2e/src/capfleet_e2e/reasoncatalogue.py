@@ -582,7 +582,7 @@ LIBVIRT_VM = Group(
         Reason(
             "SecretKeyMissing",
             """Hypervisor `Reachable=False`; LibvirtVM `DisksReady=False` (the SSH Secrets) or
-            `SeedReady=False` (the user-data Secret)""",
+            `Scheduled=False` (the user-data Secret, read before the VM is placed)""",
             """A Secret exists but has no entry under the key the spec names: the SSH key or known_hosts key
             of the Hypervisor, or the `key` of the VM's `cloudInit.userDataSecretRef`.""",
             "Fix the key in the Secret, or the key the reference names.",
@@ -590,7 +590,7 @@ LIBVIRT_VM = Group(
         Reason(
             "SecretMissing",
             """Hypervisor `Reachable=False`; LibvirtVM `DisksReady=False` (the SSH Secrets) or
-            `SeedReady=False` (the user-data Secret)""",
+            `Scheduled=False` (the user-data Secret, read before the VM is placed)""",
             """A Secret the spec names does not exist: the Hypervisor's SSH key or known_hosts Secret (in the
             namespace its reference gives), or the VM's user-data Secret (for a capfleet machine, the
             bootstrap data CAPI's bootstrap provider writes).""",

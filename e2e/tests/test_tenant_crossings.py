@@ -191,7 +191,7 @@ def test_a_tenant_may_not_name_another_vms_volume_as_a_base_image(
     """Every VM's own volumes are `<namespace>_<name>_...`: a disk whose image has `_` (or a path) is
     refused by the API server, whatever the hypervisors offer, so no tenant clones another's disk or
     seed. (Which volumes a VM may clone is the Hypervisor's `spec.baseImages`, checked by libvirt-vm:
-    test_faults_and_placement.)"""
+    test_tenant_confinement.)"""
     alice, _admin, namespace = tenant
     for image in ("other-tenant_db_root.qcow2", "other-tenant_db_cidata.iso", "../images/x.qcow2"):
         disks = [{"name": "root", "sizeGiB": 20, "sourceImage": image}]

@@ -21,6 +21,8 @@ from capfleet_e2e.waiting import eventually
 
 HYPERVISORS = kinds.HYPERVISOR.resource
 VMS = kinds.LIBVIRT_VM.resource
+NO_CALLBACK = 9
+"""A callback port nothing listens on: tests that watch libvirt or placement, not the guest, give it."""
 # TCG: this machine's /dev/kvm cannot run these guests (emulation failure); production uses "auto".
 OPERATOR_ENV = {
     "CAPFLEET_HYPERVISOR_POLL_SECONDS": "2",
@@ -173,3 +175,23 @@ async def delete_all(kube: Kube, namespace: str, hypervisor_names: list[str]) ->
     await eventually("the VMs to be deleted", gone, 60)
     for name in hypervisor_names:
         await kube.delete(HYPERVISORS, name)
+
+
+def precreate_volume(hv: Hypervisor, name: str, capacity: int, fmt: str) -> None:
+    conn = hv.connect()
+    try:
+        xml = (
+            f"<volume><name>{name}</name><capacity unit='bytes'>{capacity}</capacity>"
+            f"<target><format type='{fmt}'/></target></volume>"
+        )
+        conn.storagePoolLookupByName(hv.pool_name).createXML(xml, 0)
+    finally:
+        conn.close()
+
+
+def remove_volume(hv: Hypervisor, name: str) -> None:
+    conn = hv.connect()
+    try:
+        conn.storagePoolLookupByName(hv.pool_name).storageVolLookupByName(name).delete(0)
+    finally:
+        conn.close()

@@ -10,6 +10,7 @@ import libvirt
 import pytest
 from libvirt_vm_helpers import (
     HYPERVISORS,
+    NO_CALLBACK,
     OPERATOR_ENV,
     VMS,
     condition,
@@ -29,7 +30,6 @@ from capfleet_e2e.site import ensure_base_image, remove_base_image
 from capfleet_e2e.waiting import eventually
 
 pytestmark = pytest.mark.integration
-NO_CALLBACK = 9
 PAUSED = "cluster.x-k8s.io/paused"
 
 

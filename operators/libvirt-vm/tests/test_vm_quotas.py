@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from libvirt_vm_helpers import (
     HYPERVISORS,
+    NO_CALLBACK,
     OPERATOR_ENV,
     VMS,
     condition,
@@ -35,7 +36,6 @@ from capfleet_e2e.waiting import eventually
 
 pytestmark = pytest.mark.integration
 QUOTAS = kinds.VM_QUOTA.resource
-NO_CALLBACK = 9  # the guests' callbacks go nowhere here; these tests watch placement, not the guest
 VM_MIB = 192  # what libvirt_vm_helpers.vm_body asks for
 VMS_AT_ONCE = 4
 

@@ -52,8 +52,6 @@ class Placed:
     domain: str
     base_images: tuple[str, ...] = ()
     networks: tuple[placing.Attachment, ...] = ()
-    user_data: bytes = b""
-    """The seed's user-data, read once per reconcile where the VM is placed (empty once `removeUserData`)."""
 
     def run(self, call: Callable[[Any], T]) -> Awaitable[T]:
         """Run `call` with the hypervisor's pooled libvirt connection, in a worker thread."""
@@ -101,15 +99,14 @@ async def hypervisor_target(
     return hypervisor, await ssh_target(ctx.kube, hypervisor, holder)
 
 
-async def reach(ctx: Context, meta: Mapping[str, Any], hv_name: str, user_data: bytes = b"") -> Placed:
+async def reach(ctx: Context, meta: Mapping[str, Any], hv_name: str) -> Placed:
     """The VM (`meta`, as just read) as placed on `hv_name`, with the SSH target of the hypervisor, whose
     Secrets the VM holds from then on."""
     owner = owner_of(meta)
     hypervisor, target = await hypervisor_target(ctx, hv_name, secretholds.Holder(VMS, meta))
     domain = names.domain_name(owner.namespace, owner.name)
     pool, images = hypervisor.spec.storage_pool, tuple(hypervisor.spec.base_images)
-    networks = hypervisors.networks_of(hypervisor)
-    return Placed(ctx, owner, hv_name, target, pool, domain, images, networks, user_data)
+    return Placed(ctx, owner, hv_name, target, pool, domain, images, hypervisors.networks_of(hypervisor))
 
 
 def attachments_of(vm: LibvirtVM) -> frozenset[placing.Attachment]:
@@ -139,8 +136,8 @@ def provider_id_of(vm: LibvirtVM, hv_name: str, domain: str) -> str:
     return vm.spec.cloud_init.provider_id or names.provider_id(hv_name, domain)
 
 
-async def seed_data(placed: Placed, vm: LibvirtVM) -> bytes:
-    """The cidata ISO: the bootstrap Secret's user-data (none once `removeUserData`), meta-data and
+async def seed_data(placed: Placed, vm: LibvirtVM, user_data: bytes) -> bytes:
+    """The cidata ISO: the bootstrap Secret's user-data (empty once `removeUserData`), meta-data and
     network-config."""
     cloud_init, owner = vm.spec.cloud_init, placed.owner
     meta = cloudinit.meta_data(
@@ -150,7 +147,7 @@ async def seed_data(placed: Placed, vm: LibvirtVM) -> bytes:
         cloud_init.meta_data,
     )
     network = cloudinit.network_config(vm.spec.interfaces)
-    return seeding.cidata_iso(seeding.seed_files(placed.user_data, meta, network))
+    return seeding.cidata_iso(seeding.seed_files(user_data, meta, network))
 
 
 def owner_of(meta: Mapping[str, Any]) -> domains.Owner:
@@ -229,16 +226,20 @@ async def converge(ctx: Context, body: Mapping[str, Any], owner: domains.Owner) 
     """Every step in order; the first that fails writes its condition and raises."""
     vm = kinds.LIBVIRT_VM.parse(body)
     run = reconciling.Recorder(ctx, VMS, body, STEPS)
-    placed = await take_name(run, await schedule(ctx, run, vm, owner))
+    scheduled, user_data = await schedule(ctx, run, vm, owner)
+    placed = await take_name(run, scheduled)
     disk_paths = await make_disks(run, placed, vm)
-    seed_path = await make_seed(run, placed, vm)
+    seed_path = await make_seed(run, placed, vm, user_data)
     await define(run, placed, vm, tuple(domains.DiskDevice(p) for p in disk_paths), seed_path)
     await power_as_asked(run, placed, vm)
     await run.finish()
 
 
-async def schedule(ctx: Context, run: reconciling.Recorder, vm: LibvirtVM, owner: domains.Owner) -> Placed:
-    """Scheduled: the VM's hypervisor (placing it if the spec names none), then a way to reach it."""
+async def schedule(
+    ctx: Context, run: reconciling.Recorder, vm: LibvirtVM, owner: domains.Owner
+) -> tuple[Placed, bytes]:
+    """Scheduled: the VM's hypervisor (placing it if the spec names none), then a way to reach it; with
+    the seed's user-data, read before placing."""
     placing_vm = _placed(ctx, vm, owner)
     hv_name, user_data = await run.step(SCHEDULED, placing_vm, "Placed", "placed on its Hypervisor")
     if vm.spec.hypervisor_name is None:
@@ -247,7 +248,7 @@ async def schedule(ctx: Context, run: reconciling.Recorder, vm: LibvirtVM, owner
     domain = names.domain_name(owner.namespace, owner.name)
     provider_id = provider_id_of(vm, hv_name, domain)
     run.fields.update({"hypervisorName": hv_name, "domainName": domain, "providerID": provider_id})
-    return await run.step(DISKS, reach(ctx, run.body["metadata"], hv_name, user_data), "Pending")
+    return await run.step(DISKS, reach(ctx, run.body["metadata"], hv_name), "Pending"), user_data
 
 
 async def take_name(run: reconciling.Recorder, placed: Placed) -> Placed:
@@ -284,9 +285,9 @@ async def make_disks(run: reconciling.Recorder, placed: Placed, vm: LibvirtVM) -
     return paths
 
 
-async def make_seed(run: reconciling.Recorder, placed: Placed, vm: LibvirtVM) -> str:
+async def make_seed(run: reconciling.Recorder, placed: Placed, vm: LibvirtVM, user_data: bytes) -> str:
     """SeedReady: the NoCloud ISO built and uploaded as a volume; its path."""
-    iso = await run.step(SEED, seed_data(placed, vm), "Built")
+    iso = await run.step(SEED, seed_data(placed, vm, user_data), "Built")
     volume = names.seed_volume(placed.domain)
     # Once per process and seed content, what is there is read back: an upload cut off by a kill left a
     # volume that exists but is no seed, and a changed seed (its user-data removed) must replace the old.

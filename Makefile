@@ -47,7 +47,7 @@ docs: setup book-check
 	NO_MKDOCS_2_WARNING=1 $(UV) mkdocs build --strict --quiet
 
 ## book: regenerate the book's generated pages: troubleshooting (every condition reason, from
-## e2e/src/capfleet_e2e/reasoncatalogue.py) and the API reference (from crds/).
+## e2e/src/capfleet_e2e/reasoncatalogue/) and the API reference (from crds/).
 book:
 	$(UV) python -m capfleet_e2e.book generate
 

@@ -100,17 +100,28 @@ def test_operator_overlay_is_a_complete_hardened_base(operator: str) -> None:
     assert secret_roles == [name for name in own if name.endswith("-secrets")], (
         "Secrets only in their own role"
     )
-    role, role_binding = only(objects, "Role"), only(objects, "RoleBinding")
-    assert role["metadata"]["namespace"] == NAMESPACE
-    assert role_binding["subjects"] == subjects
-    assert role_binding["roleRef"]["name"] == role["metadata"]["name"]
+    roles = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Role"}
+    role_bindings = [o for o in objects if o["kind"] == "RoleBinding"]
+    assert {r["metadata"]["namespace"] for r in roles.values()} == {NAMESPACE}
+    assert [b["subjects"] for b in role_bindings] == [subjects] * len(roles)
+    assert sorted(b["roleRef"]["name"] for b in role_bindings) == sorted(roles)
     # Leases only, in capfleet-system only; which of them is deploy/base's policy capfleet-own-leases
     # (RBAC cannot name a shard's Lease by prefix), tested in test_deploy_rbac.py.
+    role = roles.pop(f"capfleet-{operator}-leader-election")
     leases = [r for r in role["rules"] if "leases" in r["resources"]]
     assert leases == [
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create", "get", "patch"]}
     ]
     assert not any(r.get("resourceNames") for r in role["rules"])
+    # baremetal-provision's token key: read by name, created once (deploy/base's capfleet-own-secrets
+    # names what it may create).
+    key = f"capfleet-{operator}-token-key"
+    assert list(roles) == ([key] if operator == "baremetal-provision" else [])
+    if roles:
+        assert roles[key]["rules"] == [
+            {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [key], "verbs": ["get"]},
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+        ]
     crds = [o for o in objects if o["kind"] == "CustomResourceDefinition"]
     assert crds, "each base carries its own CRDs"
 

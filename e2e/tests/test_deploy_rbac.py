@@ -5,7 +5,9 @@ checks prove they grant no more than the design needs:
 
 - no operator can list or watch Secrets anywhere; only those whose objects reference Secrets by name
   (NetBox connections, BMC credentials, SSH keys, bootstrap data) can `get` one, and `patch` it (to put
-  and take off their own finalizers, `capfleet.secretholds`); none can create, update or delete one;
+  and take off their own finalizers, `capfleet.secretholds`); none can update or delete one, and only
+  baremetal-provision can create one: its token key, in capfleet-system, named by deploy/base's
+  admission policy;
 - no operator can write a CRD, or the status of another operator's kinds, and only the glue writes
   another operator's objects: exactly the intermediate kinds it creates; libvirt-vm writes only the
   status of VMQuotas (administrators set them);
@@ -51,6 +53,8 @@ OPERATORS = ("ipam-address", "netbox-device", "libvirt-vm", "baremetal-provision
 # netbox-device), SSH keys and bootstrap data (libvirt-vm), BMC credentials and bootstrap data
 # (baremetal-provision). The glue only passes Secret names on.
 READS_SECRETS = {"ipam-address", "netbox-device", "libvirt-vm", "baremetal-provision"}
+# The only operator that keeps a Secret of its own (the key its boot tokens are derived from).
+TOKEN_KEY_OWNER, TOKEN_KEY = "baremetal-provision", "capfleet-baremetal-provision-token-key"
 # The intermediate objects the glue creates, patches and deletes (their owners reconcile them).
 GLUE = "capi-machine-glue"
 GLUE_WRITES = {
@@ -92,6 +96,8 @@ def secret_rules(operator: str) -> dict[Access, bool]:
     for verb in WRITE_VERBS:
         expected[(user, verb, "", "secrets", "default")] = verb == "patch" and operator in READS_SECRETS
     expected[(user, "get", "", "secrets", "default")] = operator in READS_SECRETS
+    expected[(user, "create", "", "secrets", NAMESPACE)] = operator == TOKEN_KEY_OWNER
+    expected[(user, "get", "", f"secrets:{TOKEN_KEY}", NAMESPACE)] = operator in READS_SECRETS
     return expected
 
 
@@ -217,6 +223,45 @@ def test_each_operator_writes_only_its_own_leases(
         admin("delete", "lease", running, "-n", NAMESPACE, "--ignore-not-found")
 
 
+def secret(name: str, namespace: str = NAMESPACE) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": name, "namespace": namespace},
+            "data": {"key": base64.b64encode(b"planted").decode()},
+        }
+    )
+
+
+def test_baremetal_provision_creates_no_secret_but_its_token_key(
+    admin: Kubectl, control_plane: Cluster, tmp_path: Path
+) -> None:
+    """RBAC cannot name a Secret being created: deploy/base's admission policy capfleet-own-secrets lets
+    baremetal-provision, with its own token, create its token key and no other Secret (one another
+    component or a person will make, such as the boot front's TLS Secret), and RBAC none outside
+    capfleet-system."""
+    kubeconfig = service_account_kubeconfig(control_plane, TOKEN_KEY_OWNER, tmp_path / "bp.kubeconfig")
+    as_operator = Kubectl(admin.binary, kubeconfig)
+    squatted = f"capfleet-boot-tls-{secrets.token_hex(3)}"
+    try:
+        # A new policy takes effect once the API server's informer has it: wait for the first refusal.
+        deadline = time.monotonic() + 30
+        while (refusal := create_refused(as_operator, secret(squatted))) is None:
+            admin("delete", "secret", squatted, "-n", NAMESPACE)
+            assert time.monotonic() < deadline, "the admission policy never refused another Secret"
+            time.sleep(0.5)
+        assert "may create only its own token key Secret" in refusal
+        with pytest.raises(HarnessError, match="forbidden"):
+            as_operator("create", "-f", "-", stdin=secret(TOKEN_KEY, "default"))
+        admin("delete", "secret", TOKEN_KEY, "-n", NAMESPACE, "--ignore-not-found")
+        as_operator("create", "-f", "-", stdin=secret(TOKEN_KEY))
+        made = json.loads(admin("get", "secret", TOKEN_KEY, "-n", NAMESPACE, "-o", "json"))
+        assert base64.b64decode(made["data"]["key"]) == b"planted"
+    finally:
+        admin("delete", "secret", squatted, TOKEN_KEY, "-n", NAMESPACE, "--ignore-not-found")
+
+
 def test_operators_may_change_nothing_on_a_secret_but_their_own_holds(
     admin: Kubectl, control_plane: Cluster, tmp_path: Path
 ) -> None:
@@ -296,6 +341,8 @@ def test_in_namespaced_mode_operators_read_secrets_only_in_tenant_namespaces(adm
                 expected[(user, verb, "", "secrets:hybrid-ca", other)] = False
                 expected[(user, verb, "", "secrets:hybrid-ca", NAMESPACE)] = False
             expected[(user, "list", "", "secrets", tenant)] = False
+            # The token key stays baremetal-provision's alone (cluster-wide reads let the others see it).
+            expected[(user, "get", "", f"secrets:{TOKEN_KEY}", NAMESPACE)] = operator == TOKEN_KEY_OWNER
         answers = allowed(admin, list(expected))
         assert {q: a for q, a in answers.items() if a != expected[q]} == {}
     finally:

@@ -11,6 +11,8 @@ admission policies and the operators' shipped RBAC.
   connection, a BMC password or Cluster API's Secrets.
 - A LibvirtVM a HybridMachine owns is its Cluster's: a tenant may neither change nor delete it, nor make a
   VM claiming such an owner (policy `capfleet-cluster-owned-vms`); the glue and administrators may.
+- A BaremetalInstance it may read carries only a public salt: its boot tokens also need the operator's
+  token key, in a Secret the tenant cannot read.
 - A disk whose base image names another VM's volume (`<namespace>_<name>_...`) would copy its disk or
   seed: the API server refuses such a name.
 """
@@ -31,6 +33,7 @@ from typing import Any
 import pytest
 import yaml
 
+from baremetal_provision import markers, tokenkey  # type: ignore[import-untyped]
 from capfleet.api import kinds
 from capfleet.api.samples import valid_samples
 from capfleet_e2e.controlplane import Cluster
@@ -285,6 +288,34 @@ def test_a_tenant_may_neither_change_nor_delete_a_vm_its_cluster_owns(
     alice("create", *ns, "-f", "-", stdin=vm("own"))  # a VM of the tenant's own is theirs
     alice("delete", "libvirtvm", "own", *ns)
     admin("delete", "libvirtvm", "cp-0", *ns)
+
+
+def test_a_tenant_who_reads_a_server_cannot_derive_its_boot_tokens(
+    tenant: tuple[Kubectl, Kubectl, str],
+) -> None:
+    """The role reads BaremetalInstances (the console shows servers); their tokens, which fetch a server's
+    seed and sign its callbacks, are HMACs of the operator's token key and the instance's salt. The salt is
+    on the instance, the key in a Secret in capfleet-system that only baremetal-provision reads."""
+    alice, admin, namespace = tenant
+    apply_operator_rbac(admin, "baremetal-provision")
+    server = sample(kinds.BAREMETAL_INSTANCE.kind, "bm-0")
+    server["metadata"]["annotations"] = {markers.TOKEN_SALT: secrets.token_hex(16)}
+    admin("create", "-n", namespace, "-f", "-", stdin=json.dumps(server))
+    key = secrets.token_bytes(32)
+    made = refused(admin, "create", "-f", "-", stdin=token_key(key))
+    assert made is None or "AlreadyExists" in made
+    read = json.loads(alice("get", "baremetalinstance", "bm-0", "-n", namespace, "-o", "json"))
+    assert set(read["metadata"]["annotations"]) == {markers.TOKEN_SALT}, "nothing but the salt to derive from"
+    for where in ("capfleet-system", namespace):
+        error = refused(alice, "get", "secret", tokenkey.SECRET_NAME, "-n", where)
+        assert "forbidden" in (error or ""), where
+    assert call(alice, "GET", f"/api/v1/namespaces/capfleet-system/secrets/{tokenkey.SECRET_NAME}")
+
+
+def token_key(key: bytes) -> str:
+    meta = {"name": tokenkey.SECRET_NAME, "namespace": "capfleet-system"}
+    data = {tokenkey.FIELD: base64.b64encode(key).decode()}
+    return json.dumps({"apiVersion": "v1", "kind": "Secret", "metadata": meta, "data": data})
 
 
 def test_the_consoles_token_impersonates_no_privileged_group(control_plane: Cluster, tmp_path: Path) -> None:

@@ -42,7 +42,9 @@ class OperatorProcess:
         self.log_dir = log_dir
         self.namespaces = list(namespaces)
         self.extra_args = list(extra_args)
-        self.env = {**bytecode.compiled_env(), **(env or {})}
+        # As if in a pod of `default` (the downward API's POD_NAMESPACE): where an operator keeps what
+        # lives in its own namespace (baremetal-provision's token key), unless a test says otherwise.
+        self.env = {**bytecode.compiled_env(), "POD_NAMESPACE": "default", **(env or {})}
         self.health_port = free_port()
         self.metrics_port = free_port()
         self.component: Component | None = None

@@ -167,8 +167,14 @@ def run_operator_as(control_plane: Cluster, tmp_path: Path) -> Iterator[RunOpera
     ) -> OperatorProcess:
         apply_operator_rbac(control_plane.kubectl, operator)
         kubeconfig = service_account_kubeconfig(control_plane, operator, tmp_path / f"{operator}.kubeconfig")
+        # Its own namespace is its ServiceAccount's, as in a pod.
         process = OperatorProcess(
-            module, str(kubeconfig), log_dir, namespaces=namespaces, extra_args=extra_args, env=env
+            module,
+            str(kubeconfig),
+            log_dir,
+            namespaces=namespaces,
+            extra_args=extra_args,
+            env={"POD_NAMESPACE": NAMESPACE, **(env or {})},
         )
         started.append(process)
         return process.start()

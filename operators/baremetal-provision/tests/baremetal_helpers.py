@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from baremetal_provision import markers, tokenkey
 from baremetal_provision.backends import base, bmc
 from capfleet import resources
 from capfleet.api import kinds
@@ -42,6 +43,14 @@ def instance_body(annotations: dict[str, str], **spec: Any) -> dict[str, Any]:
             **spec,
         },
     }
+
+
+async def operator_tokens(kube: Kube, namespace: str = "default") -> markers.Tokens:
+    """What the operator derives tokens from, as a test that plays the server must: its token key Secret
+    (in `default`, the namespace the harness runs operators as if in)."""
+    secret = await kube.get(resources.SECRETS, tokenkey.SECRET_NAME, namespace)
+    assert secret is not None, "the operator made its token key at startup"
+    return markers.Tokens(tokenkey.key_of(secret))
 
 
 def b64(value: str) -> str:

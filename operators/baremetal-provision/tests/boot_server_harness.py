@@ -14,14 +14,15 @@ from aiohttp.test_utils import TestClient, TestServer
 from baremetal_helpers import instance_body
 
 from baremetal_provision import imagecache, markers, serving
-from baremetal_provision.contexts import ATTEMPTS_KEY, INSTANCES, OpenedAttempts
+from baremetal_provision.contexts import ATTEMPTS_KEY, INSTANCES, TOKENS_KEY, OpenedAttempts
 from baremetal_provision.served import Served, served_of
 from baremetal_provision.settings import BaremetalSettings
 from capfleet import events, reconciling
 from capfleet.kube import Conflict, Kube, Obj
 from capfleet.resources import Resource
 
-TOKEN_SECRET = "s" * 64
+TOKENS = markers.Tokens(b"k" * 32)
+"""The operator's token key in these tests (what the operator would have read from its Secret)."""
 
 
 class FakeKube(Kube):
@@ -63,7 +64,7 @@ class FakeKube(Kube):
 
 
 def instance(**spec: Any) -> dict[str, Any]:
-    window = {markers.TOKEN_SECRET: TOKEN_SECRET, markers.BOOT_WINDOW: "2026-01-01T00:00:00Z"}
+    window = {markers.TOKEN_SALT: "s" * 32, markers.BOOT_WINDOW: "2026-01-01T00:00:00Z"}
     return instance_body(window, **spec)
 
 
@@ -88,7 +89,7 @@ async def serving_with(
 ) -> AsyncIterator[tuple[TestClient[Any, Any], str]]:
     """The boot server answering for one instance (`body`) through `kube`, with its token; unless
     `indexed`, its indexes have not seen it yet."""
-    entry = served_of(body)
+    entry = served_of(body, TOKENS)
     assert entry is not None
     entries = {entry.spec.boot_mac_address: [entry]} if indexed else {}
     by_mac = cast(kopf.Index[str, Served], entries)
@@ -99,6 +100,7 @@ async def serving_with(
             reconciling.KUBE_KEY: kube,
             reconciling.EVENTS_KEY: events.Recorder(kube),
             ATTEMPTS_KEY: attempts or OpenedAttempts(),
+            TOKENS_KEY: TOKENS,
         },
     )
     settings = settings or BaremetalSettings(boot_url="http://boot:8081")

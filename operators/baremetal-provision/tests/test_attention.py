@@ -7,6 +7,7 @@ import socket
 from typing import Any
 
 import pytest
+from boot_server_harness import TOKENS
 from prometheus_client import REGISTRY
 
 from baremetal_provision import markers, provisioning
@@ -67,15 +68,15 @@ def test_deleted_instances_are_served_only_while_they_are_cleaned() -> None:
         "name": "bm",
         "namespace": "ns",
         "deletionTimestamp": "2026-01-01T00:00:00Z",
-        "annotations": {markers.TOKEN_SECRET: "s" * 64},
+        "annotations": {markers.TOKEN_SALT: "s" * 32},
     }
-    cleaning = served_of(instance(meta, cleaning="metadata"))
+    cleaning = served_of(instance(meta, cleaning="metadata"), TOKENS)
     assert cleaning is not None
     assert cleaning.cleaning
-    assert served_of(instance(meta, cleaning="disabled")) is None
+    assert served_of(instance(meta, cleaning="disabled"), TOKENS) is None
     cleaned = {**meta, "annotations": {**meta["annotations"], markers.CLEANED: markers.now()}}
-    assert served_of(instance(cleaned, cleaning="metadata")) is None
-    live = served_of(instance({**meta, "deletionTimestamp": None}, cleaning="metadata"))
+    assert served_of(instance(cleaned, cleaning="metadata"), TOKENS) is None
+    live = served_of(instance({**meta, "deletionTimestamp": None}, cleaning="metadata"), TOKENS)
     assert live is not None
     assert not live.cleaning
     assert live.spec.boot_mac_address == "52:54:00:aa:bb:01"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import logging
 import ssl
 from typing import Any
@@ -103,25 +105,48 @@ def test_network_data_wins_over_the_interfaces() -> None:
     assert yaml.safe_load(booting.network_config(chosen) or "") == document
 
 
-def test_token_depends_on_secret_and_name_but_not_uid() -> None:
-    meta = {"name": "bm1", "namespace": "ns", "uid": "a", "annotations": {markers.TOKEN_SECRET: "s" * 64}}
-    moved = {**meta, "uid": "b"}
-    assert markers.token_of(meta) == markers.token_of(moved)
-    assert markers.token_of(meta) != markers.token(("t" * 64), "ns", "bm1")
-    assert markers.token_of(meta) != markers.token("s" * 64, "ns", "bm2")
-    assert len(markers.token_of(meta) or "") >= 40
-    assert markers.token_of({"name": "bm1", "namespace": "ns"}) is None
+KEY = markers.Tokens(b"k" * 32)
+
+
+def test_token_depends_on_the_key_the_salt_and_the_name_but_not_the_uid() -> None:
+    meta = {"name": "bm1", "namespace": "ns", "uid": "a", "annotations": {markers.TOKEN_SALT: "s" * 32}}
+    token = KEY.of(meta)
+    assert token == KEY.of({**meta, "uid": "b"})
+    assert token != markers.Tokens(b"K" * 32).of(meta), "another operator's key"
+    assert token != KEY.token("t" * 32, "ns", "bm1"), "a re-created instance's salt"
+    assert token != KEY.token("s" * 32, "ns", "bm2")
+    assert len(token or "") >= 40
+    assert KEY.of({"name": "bm1", "namespace": "ns"}) is None
+    assert "k" * 32 not in repr(KEY), "the key stays out of reprs (and the logs that print them)"
+
+
+def test_the_annotations_alone_derive_no_token() -> None:
+    """An earlier release's token secret, still on an instance, is no longer what tokens come from."""
+    legacy = {markers.LEGACY_TOKEN_SECRET: "s" * 64, markers.TOKEN_SALT: "s" * 32}
+    meta = {"name": "bm1", "namespace": "ns", "annotations": legacy}
+    old_style = hmac.new(b"s" * 64, b"ns/bm1", hashlib.sha256).digest()
+    assert KEY.of(meta) != base64.urlsafe_b64encode(old_style).decode().rstrip("=")
+    assert KEY.of({**meta, "annotations": {markers.LEGACY_TOKEN_SECRET: "s" * 64}}) is None
 
 
 def test_each_attempt_has_its_own_token() -> None:
-    annotations = {markers.TOKEN_SECRET: "s" * 64}
+    annotations = {markers.TOKEN_SALT: "s" * 32}
     meta = {"name": "bm1", "namespace": "ns", "annotations": annotations}
-    tokens = {markers.token_of(meta)}
+    tokens = {KEY.of(meta)}
     for failed in ("1", "2"):
         annotations[markers.FAILED_ATTEMPTS] = failed
-        tokens.add(markers.token_of(meta))
+        tokens.add(KEY.of(meta))
     assert len(tokens) == 3
-    assert markers.token_of(meta) == markers.token("s" * 64, "ns", "bm1", 2)
+    assert KEY.of(meta) == KEY.token("s" * 32, "ns", "bm1", 2)
+
+
+def test_before_acting_gives_a_salt_once_and_retires_the_legacy_secret() -> None:
+    meta = {"name": "bm1", "annotations": {markers.LEGACY_TOKEN_SECRET: "s" * 64}}
+    marks = markers.before_acting(meta, opens_window=False)
+    assert marks[markers.LEGACY_TOKEN_SECRET] is None, "removed"
+    assert len(marks[markers.TOKEN_SALT] or "") == 32
+    salted = {"name": "bm1", "annotations": {markers.TOKEN_SALT: "s" * 32, markers.BMC_TOUCHED: "t"}}
+    assert markers.before_acting(salted, opens_window=False) == {}
 
 
 def test_cleaning_script_calls_back_to_the_cleaning_url_and_has_no_seed() -> None:
@@ -250,7 +275,7 @@ def test_cleaning_is_for_metadata_cleaning_of_deleted_instances_not_moved() -> N
 
 def test_token_secrets_are_redacted_from_log_lines() -> None:
     secret = "ab" * 32
-    line = f"Updating diff: {{'annotations': {{'{markers.TOKEN_SECRET}': '{secret}'}}}}"
+    line = f"Updating diff: {{'annotations': {{'{markers.LEGACY_TOKEN_SECRET}': '{secret}'}}}}"
     assert secret not in markers.redacted(line)
     assert "<redacted>" in markers.redacted(line)
     assert markers.redacted(f"uid {secret}") == f"uid {secret}", "only lines about the annotation"

@@ -10,6 +10,7 @@ from typing import Any, Literal, cast
 
 import pytest
 from baremetal_helpers import instance_body
+from boot_server_harness import TOKENS
 
 from baremetal_provision import markers, provisioning
 from baremetal_provision.backends.base import BMC, BootDevice, Credentials, PowerState, SystemFacts
@@ -129,13 +130,13 @@ def context(server: FakeBMC, *, with_secret: bool = True) -> tuple[FakeContext, 
     secrets = {"bm-bmc": {"username": b64("admin"), "password": b64("secret")}} if with_secret else {}
     kube = FakeKube(secrets)
     api = cast(Kube, kube)
-    ctx = FakeContext(api, events.Recorder(api), BaremetalSettings(), {}, OpenedAttempts())
+    ctx = FakeContext(api, events.Recorder(api), BaremetalSettings(), {}, OpenedAttempts(), TOKENS)
     ctx.server = server
     return ctx, kube
 
 
 def body(annotations: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
-    return instance_body({markers.TOKEN_SECRET: "s" * 64, **(annotations or {})}, **spec)
+    return instance_body({markers.TOKEN_SALT: "s" * 32, **(annotations or {})}, **spec)
 
 
 def ago(seconds: int) -> str:
@@ -187,20 +188,20 @@ async def test_a_new_instance_gets_its_token_and_the_boot_server_knows_it_before
     power_on = server.power_on
 
     async def noting_attempts() -> None:
-        token = markers.token_of({"name": "bm", "namespace": "ns", "annotations": dict(kube.annotations)})
+        token = TOKENS.of({"name": "bm", "namespace": "ns", "annotations": dict(kube.annotations)})
         known_at_power_on.append(token is not None and ctx.attempts.instance_of(token) == ("ns", "bm"))
         await power_on()
 
     server.power_on = noting_attempts  # type: ignore[method-assign]
     given = body()
-    del given["metadata"]["annotations"][markers.TOKEN_SECRET]
+    del given["metadata"]["annotations"][markers.TOKEN_SALT]
     await provisioning.reconcile(ctx, given)
     assert known_at_power_on == [True]
     # The server was off: the first action is the network boot, and one patch before it holds the token,
     # the first-action mark and the open boot window; one after it, the network boot.
     ours = [marks for marks in kube.annotation_patches if secretholds.HELD_ANNOTATION not in marks]
     assert ours == [
-        {markers.TOKEN_SECRET, markers.BMC_TOUCHED, markers.BOOT_WINDOW},
+        {markers.TOKEN_SALT, markers.BMC_TOUCHED, markers.BOOT_WINDOW},
         {markers.NETWORK_BOOTED},
     ]
     ctx.forget(given["metadata"])

@@ -29,6 +29,7 @@ from baremetal_helpers import (
     delete_and_wait,
     deploy_env,
     facts,
+    operator_tokens,
 )
 
 from baremetal_provision import markers
@@ -191,6 +192,7 @@ async def test_a_bad_checksum_no_matching_disk_and_a_missing_image_each_end_in_r
         await delete_and_wait(kube, namespace, abandoned.name, what, 300)
         assert (await facts(abandoned)).power_state == "Off"
         failed = await eventually("every deployment to fail its attempts", all_failed, within=600)
+    tokens = await operator_tokens(kube)
     for case, (reason, attempts) in FAILURES.items():
         obj = failed[case]
         provisioned = condition(obj, "Provisioned") or {}
@@ -200,8 +202,8 @@ async def test_a_bad_checksum_no_matching_disk_and_a_missing_image_each_end_in_r
         seen = await facts(servers[case])
         assert (seen.power_state, seen.boot_device) == ("Off", "disk"), case
         meta = obj["metadata"]
-        secret = meta["annotations"][markers.TOKEN_SECRET]
+        salt = meta["annotations"][markers.TOKEN_SALT]
         for attempt in range(attempts + 1):
-            token = markers.token(secret, namespace, meta["name"], attempt)
+            token = tokens.token(salt, namespace, meta["name"], attempt)
             assert token not in str(obj["status"]), "no attempt's token (the seed's key) is ever in status"
     assert not (tmp_path / "cache" / ("0" * 64)).exists(), "an image that does not match is never kept"

@@ -5,6 +5,7 @@ provisioning again; deletion powers it off. The operator's BMC metrics count the
 
 from __future__ import annotations
 
+import base64
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +22,7 @@ from baremetal_helpers import (
     facts,
     ipmi_spec,
     operator_env,
+    operator_tokens,
 )
 
 from baremetal_provision import markers
@@ -106,7 +108,10 @@ async def test_provision_online_status_rebuild_and_deprovision_through_ipmi(
     assert (seen.power_state, seen.boot_device) == ("Off", "disk")
     log = operator.log()
     assert vbmc.password not in log
-    assert annotations[markers.TOKEN_SECRET] not in log, "kopf's debug logs of the object are redacted"
+    assert markers.LEGACY_TOKEN_SECRET not in annotations, "no token secret on the instance"
+    key = (await operator_tokens(kube)).key
+    assert base64.b64encode(key).decode() not in log, "the token key is never logged"
+    assert key.hex() not in log
     scraped = operator.metrics()
     assert 'capfleet_backend_call_duration_seconds_count{backend="ipmi",operation="facts",outcome="ok"}' in (
         scraped

@@ -24,6 +24,7 @@ from baremetal_helpers import (
     delete_and_wait,
     facts,
     operator_env,
+    operator_tokens,
 )
 
 from baremetal_provision import markers
@@ -227,7 +228,7 @@ async def test_another_host_on_the_network_gets_nothing_of_a_bound_attempt(
     obj = await eventually("the server to fetch its boot script", bound, within=120, interval=0.2)
     address = obj["metadata"]["annotations"][markers.BOOT_REQUESTER]
     assert address not in (intruder, str(network.address)), "bound to the server's own lease"
-    token = markers.token_of(obj["metadata"])
+    token = (await operator_tokens(kube)).of(obj["metadata"])
     assert token is not None
     status, script = ask_as(pxe_lab, intruder, f"ipxe?mac={server.mac.replace(':', '-')}")
     assert (status, token in script) == (403, False)

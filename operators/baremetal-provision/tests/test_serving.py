@@ -13,10 +13,10 @@ import pytest
 import yaml
 from aiohttp.test_utils import TestClient, TestServer
 from baremetal_helpers import b64
-from boot_server_harness import FakeKube, instance, serving_of, serving_with
+from boot_server_harness import TOKENS, FakeKube, instance, serving_of, serving_with
 
 from baremetal_provision import front, markers, serving
-from baremetal_provision.contexts import ATTEMPTS_KEY, INSTANCES, OpenedAttempts
+from baremetal_provision.contexts import ATTEMPTS_KEY, INSTANCES, TOKENS_KEY, OpenedAttempts
 from baremetal_provision.served import Served, served_of
 from baremetal_provision.settings import BaremetalSettings
 from capfleet import cloudinit, events, reconciling, resources
@@ -192,7 +192,7 @@ class LiveIndex(Mapping[str, list[Served]]):
 
     def _entry(self) -> Served | None:
         meta = {**self.kube.instance["metadata"], "annotations": dict(self.kube.annotations)}
-        return served_of({**self.kube.instance, "metadata": meta})
+        return served_of({**self.kube.instance, "metadata": meta}, TOKENS)
 
     def __getitem__(self, key: str) -> list[Served]:
         entry = self._entry()
@@ -220,6 +220,7 @@ async def test_an_attempt_is_served_only_to_the_address_that_fetched_its_script(
             reconciling.KUBE_KEY: kube,
             reconciling.EVENTS_KEY: events.Recorder(kube),
             ATTEMPTS_KEY: OpenedAttempts(),
+            TOKENS_KEY: TOKENS,
         },
     )
     settings = BaremetalSettings(boot_url="http://boot:8081", boot_socket="/run/capfleet-boot/boot.sock")
@@ -227,7 +228,7 @@ async def test_an_attempt_is_served_only_to_the_address_that_fetched_its_script(
     by_token = cast(kopf.Index[str, Served], LiveIndex(kube, lambda e: e.token))
     lookup = serving.Lookup(memo, by_mac, by_token, settings)
     server, other = {front.REQUESTER_HEADER: "172.30.1.50"}, {front.REQUESTER_HEADER: "172.30.1.66"}
-    token = markers.token_of({**body["metadata"], "annotations": kube.annotations})
+    token = TOKENS.of({**body["metadata"], "annotations": kube.annotations})
     assert token is not None
     async with TestClient(TestServer(serving.application(lookup))) as client:
         mac = {"mac": "52-54-00-aa-bb-01"}

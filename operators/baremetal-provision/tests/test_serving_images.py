@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from boot_server_harness import FakeKube, instance, serving_of, serving_with
+from boot_server_harness import TOKENS, FakeKube, instance, serving_of, serving_with
 
 from baremetal_provision import egress, front, imagecache, markers, reports
 from baremetal_provision.contexts import OpenedAttempts
@@ -88,8 +88,8 @@ async def test_the_cleaner_signs_its_callback_with_a_key_of_its_own() -> None:
         script = await (await client.get("/ipxe", params={"mac": "52:54:00:aa:bb:01"})).text()
         assert f"/cleaned/{token}" in script
         key = await (await client.get(f"/key/{token}")).text()
-        assert key == markers.callback_key(body["metadata"], cleaning=True)
-        assert key != markers.callback_key(body["metadata"]), "not the deployment's key"
+        assert key == TOKENS.callback_key(body["metadata"], cleaning=True)
+        assert key != TOKENS.callback_key(body["metadata"]), "not the deployment's key"
         report = b"wiped\n"
         assert (
             await client.post(f"/cleaned/{token}", params={"result": "cleaned"}, data=report)
@@ -131,7 +131,7 @@ async def test_the_cleaning_has_its_own_token_and_is_bound_to_the_cleaners_addre
     kube = FakeKube(body)
     settings = BaremetalSettings(boot_url="http://boot:8081", boot_socket="/run/capfleet-boot/boot.sock")
     server, other = {front.REQUESTER_HEADER: "172.30.1.50"}, {front.REQUESTER_HEADER: "172.30.1.66"}
-    deployment_token = markers.token_of(body["metadata"])
+    deployment_token = TOKENS.of(body["metadata"])
     async with serving_with(kube, body, settings=settings) as (client, token):
         assert token != deployment_token
         assert (await client.post(f"/cleaned/{deployment_token}", headers=server)).status == 404

@@ -34,6 +34,7 @@ def test_every_variable_keeps_its_name() -> None:
         "shutdown_seconds": "CAPFLEET_BMC_SHUTDOWN_SECONDS",
         "power_wait_seconds": "CAPFLEET_BMC_POWER_WAIT_SECONDS",
         "ipmi_cipher_suite": "CAPFLEET_IPMI_CIPHER_SUITE",
+        "token_key_namespace": "CAPFLEET_TOKEN_KEY_NAMESPACE",
     }
 
 

@@ -50,6 +50,8 @@ from capfleet.resources import Resource
 P = ParamSpec("P")
 R = TypeVar("R")
 SettingsT = TypeVar("SettingsT", bound=reconciling.Settings)
+Connected = Callable[[kopf.Memo], Awaitable[None]]
+"""An operator's startup step that needs the API client (`run`'s `connected`)."""
 
 VERSION = "0.1.0"
 """The source's version. An image built for a release carries its own in CAPFLEET_VERSION (`release()`)."""
@@ -243,20 +245,42 @@ def count_phases(resource: Resource, registry: kopf.OperatorRegistry | None = No
             metrics.PHASES.observe(uid, resource.kind, statuses.phase_of(body))
 
 
+async def _connect(memo: kopf.Memo, identity: Identity, options: Options) -> None:
+    """The API client and Event recorder every reconcile uses, in memo until the operator stops."""
+    stack = AsyncExitStack()
+    memo["runtime_exit_stack"] = stack
+    client = await stack.enter_async_context(Kube.connect(identity.field_manager, options.kubeconfig))
+    memo[reconciling.KUBE_KEY] = client
+    memo[reconciling.EVENTS_KEY] = events.Recorder(client)
+
+
+def _login(options: Options, **kwargs: Any) -> kopf.ConnectionInfo | None:
+    if options.kubeconfig is None:
+        in_cluster = kopf.login_with_service_account(**kwargs)
+        server = in_cluster_server(os.environ)
+        if in_cluster is not None and server is not None:
+            # kopf names the API server kubernetes.default.svc, which needs the cluster's DNS;
+            # the API client (and client-go) use the Service's address from the environment.
+            return dataclasses.replace(in_cluster, server=server)
+        if in_cluster is not None:
+            return in_cluster
+    return kopf.login_with_kubeconfig(**kwargs)
+
+
 def _install(
     registry: kopf.OperatorRegistry,
     identity: Identity,
     options: Options,
     handled: persistence.Handled | None = None,
+    connected: Connected | None = None,
 ) -> None:
     @kopf.on.startup(registry=registry)
     async def start_runtime(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
         configure(settings, identity, options, handled)
-        stack = AsyncExitStack()
-        memo["runtime_exit_stack"] = stack
-        client = await stack.enter_async_context(Kube.connect(identity.field_manager, options.kubeconfig))
-        memo[reconciling.KUBE_KEY] = client
-        memo[reconciling.EVENTS_KEY] = events.Recorder(client)
+        if reconciling.KUBE_KEY not in memo:  # not again when `connected` failed and kopf retries
+            await _connect(memo, identity, options)
+        if connected is not None:
+            await connected(memo)
 
     @kopf.on.cleanup(registry=registry)
     async def stop_runtime(memo: kopf.Memo, **_: Any) -> None:
@@ -266,16 +290,7 @@ def _install(
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        if options.kubeconfig is None:
-            in_cluster = kopf.login_with_service_account(**kwargs)
-            server = in_cluster_server(os.environ)
-            if in_cluster is not None and server is not None:
-                # kopf names the API server kubernetes.default.svc, which needs the cluster's DNS;
-                # the API client (and client-go) use the Service's address from the environment.
-                return dataclasses.replace(in_cluster, server=server)
-            if in_cluster is not None:
-                return in_cluster
-        return kopf.login_with_kubeconfig(**kwargs)
+        return _login(options, **kwargs)
 
     @kopf.on.probe(id="operator", registry=registry)
     def probe(**_: Any) -> str:
@@ -289,12 +304,15 @@ def run(
     *,
     register: Callable[[SettingsT], None] | None = None,
     handled: persistence.Handled | None = None,
+    connected: Connected | None = None,
 ) -> None:
     """Start the operator whose handlers are already registered with kopf's default registry.
 
     Its settings are read here, once, and kept in memo for its reconciles; `register` adds the handlers
     whose registration depends on them (timer intervals) before the operator starts; `handled` names the
-    objects kopf need not record (`SelfRecordingDiffBase`).
+    objects kopf need not record (`SelfRecordingDiffBase`); `connected` runs at startup once the API
+    client is in memo, before any object is handled (the operator's own startup handlers, registered
+    before the runtime's, run before it has one).
     """
     import sys
 
@@ -317,7 +335,7 @@ def run(
     # BMC passwords): it never logs below INFO, whatever --verbose says.
     logging.getLogger("kubernetes_asyncio").setLevel(logging.INFO)
     registry = kopf.get_default_registry()
-    _install(registry, identity, options, handled)
+    _install(registry, identity, options, handled, connected)
     # In memo before any startup handler runs, the operator's own included.
     memo = kopf.Memo()
     memo[reconciling.SETTINGS_KEY] = loaded

@@ -8,7 +8,7 @@ from capfleet import runtime
 
 
 def main() -> None:
-    runtime.run(handlers.IDENTITY, BaremetalSettings)
+    runtime.run(handlers.IDENTITY, BaremetalSettings, connected=handlers.load_token_key)
 
 
 if __name__ == "__main__":

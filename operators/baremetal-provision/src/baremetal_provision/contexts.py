@@ -1,6 +1,6 @@
 """What every baremetal-provision reconcile shares: the API client, the Event recorder, the settings, one
-lock per instance and the boot attempts it opened; and which Events its status writes post (none:
-`reporting` posts them).
+lock per instance, the boot attempts it opened and what their tokens are derived from; and which Events
+its status writes post (none: `reporting` posts them).
 
 A `Context` is built for each reconcile from the operator-wide memo (`Context.from_memo`): what the
 runtime put there at startup, and the instance locks this operator creates at startup (kopf gives each
@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from baremetal_provision import markers
 from baremetal_provision.backends import bmc
 from baremetal_provision.backends.base import BMC, Credentials
 from baremetal_provision.settings import BaremetalSettings
@@ -26,6 +27,7 @@ from capfleet.api.base import Condition
 INSTANCES = kinds.BAREMETAL_INSTANCE.resource
 LOCKS_KEY = "instance_locks"
 ATTEMPTS_KEY = "opened_attempts"
+TOKENS_KEY = "tokens"
 
 
 @dataclass
@@ -63,6 +65,7 @@ class Context(reconciling.Context):
     settings: BaremetalSettings = reconciling.in_memo(reconciling.SETTINGS_KEY)
     locks: dict[str, asyncio.Lock] = reconciling.in_memo(LOCKS_KEY)
     attempts: OpenedAttempts = reconciling.in_memo(ATTEMPTS_KEY)
+    tokens: markers.Tokens = reconciling.in_memo(TOKENS_KEY)
 
     async def announce(self, body: Mapping[str, Any], ready: Condition) -> None:
         """Posts nothing on Ready's transitions: this operator's Events are its phases and errors

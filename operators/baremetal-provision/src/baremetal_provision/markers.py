@@ -3,9 +3,11 @@
 clusterctl move drops status and changes UIDs, and an operator restart forgets everything in memory, so
 what provisioning did (the boot window it opened, the power cycle that network-booted the server, the
 seed the guest fetched, the installer's callback or reported failure, the failed attempts so far, the
-first boot from disk, and on deletion the cleaner's boot and callback) and the per-instance token secret
+first boot from disk, and on deletion the cleaner's boot and callback) and the per-instance token salt
 live in annotations. The reconcile reads them to know where it was, the HTTP server writes the guest's
-marks, and the token is derived from them here.
+marks, and the tokens are derived here (`Tokens`): from the salt, which is public, and the operator's token
+key, which is not (it lives in a Secret only this operator reads, `tokenkey`), so whoever may read an
+instance (a tenant, the console) still cannot derive its tokens or callback keys.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import logging
 import re
 import secrets
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,7 +29,11 @@ from capfleet.api.baremetal import BaremetalInstanceSpec
 # Not the operator's kopf prefix (baremetal-provision.capfleet.dev): kopf ignores changes to its own
 # annotations, and the guest's marks must trigger the reconcile.
 PREFIX = "baremetal.capfleet.dev/"
-TOKEN_SECRET = PREFIX + "token-secret"
+TOKEN_SALT = PREFIX + "token-salt"
+"""Random and public: it makes a re-created instance of the same name get new tokens."""
+LEGACY_TOKEN_SECRET = PREFIX + "token-secret"
+"""What releases before the token key kept instead of the salt (the tokens' secret itself, readable by
+whoever could read the instance): ignored, and removed before the operator's next action."""
 BOOT_WINDOW = PREFIX + "boot-window-opened-at"
 """Written before the power-on that network-boots the server: from then until the attempt ends, and only
 then, its script, seed and callback are served."""
@@ -66,7 +73,8 @@ ATTEMPT_MARKS = (
 """Cleared together when an attempt is counted as failed, so the next one starts afresh."""
 OWN_MARKS = (
     BMC_TOUCHED,
-    TOKEN_SECRET,
+    TOKEN_SALT,
+    LEGACY_TOKEN_SECRET,
     BOOT_WINDOW,
     NETWORK_BOOTED,
     DISK_BOOTED,
@@ -105,59 +113,70 @@ def annotations_of(meta: Mapping[str, Any]) -> Mapping[str, str]:
     return meta.get("annotations") or {}
 
 
-def new_token_secret() -> str:
-    return secrets.token_hex(32)
+def new_token_salt() -> str:
+    return secrets.token_hex(16)
 
 
-def token(secret: str, namespace: str, name: str, attempt: int | None = 0) -> str:
-    """The seed/callback token of one provisioning attempt: an HMAC of the instance's namespace/name (and
-    the attempt after the first), so it survives a move (same annotations, same name), cannot be guessed
-    without the per-instance secret, and a token seen during a failed attempt is dead in the next one.
-    Cleaning (`attempt` None) has a token of its own: the deployments' tokens, seen on the provisioning
-    network in their URLs, cannot report a server cleaned."""
-    if attempt is None:
-        subject = f"{namespace}/{name}/cleaning"
-    else:
-        subject = f"{namespace}/{name}" if attempt == 0 else f"{namespace}/{name}/attempt-{attempt}"
-    digest = hmac.new(secret.encode(), subject.encode(), hashlib.sha256).digest()
-    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+@dataclass(frozen=True)
+class Tokens:
+    """The tokens and callback keys of instances, derived from the operator's token key and each
+    instance's salt (an HMAC, so nothing needs storing): they survive an operator restart and a watch
+    replay, cannot be derived without the key, and a re-created instance (a new salt) gets new ones."""
+
+    key: bytes = field(repr=False)
+
+    def _digest(self, salt: str, subject: str) -> bytes:
+        return hmac.new(self.key, f"{salt}:{subject}".encode(), hashlib.sha256).digest()
+
+    def token(self, salt: str, namespace: str, name: str, attempt: int | None = 0) -> str:
+        """The seed/callback token of one provisioning attempt, so a token seen during a failed attempt
+        is dead in the next one. Cleaning (`attempt` None) has a token of its own: the deployments'
+        tokens, seen on the provisioning network in their URLs, cannot report a server cleaned."""
+        if attempt is None:
+            subject = f"{namespace}/{name}/cleaning"
+        else:
+            subject = f"{namespace}/{name}" if attempt == 0 else f"{namespace}/{name}/attempt-{attempt}"
+        return base64.urlsafe_b64encode(self._digest(salt, subject)).decode().rstrip("=")
+
+    def of(self, meta: Mapping[str, Any], cleaning: bool = False) -> str | None:
+        """The token of the instance's current attempt, or of its cleaning; None before the operator gave
+        it a salt."""
+        found = annotations_of(meta)
+        salt = found.get(TOKEN_SALT)
+        if not salt:
+            return None
+        attempt = None if cleaning else count(found.get(FAILED_ATTEMPTS))
+        return self.token(salt, str(meta.get("namespace") or ""), str(meta["name"]), attempt)
+
+    def callback_key(self, meta: Mapping[str, Any], cleaning: bool = False) -> str | None:
+        """The key the deploy ramdisk signs its callbacks with (hex), for the current attempt or for
+        cleaning: derived like the token but never in a URL, and served once; None before the instance
+        has a salt."""
+        found = annotations_of(meta)
+        salt = found.get(TOKEN_SALT)
+        if not salt:
+            return None
+        namespace, name = str(meta.get("namespace") or ""), str(meta["name"])
+        purpose = "cleaning" if cleaning else f"attempt-{count(found.get(FAILED_ATTEMPTS))}"
+        return self._digest(salt, f"{namespace}/{name}/callback-key/{purpose}").hex()
 
 
-def callback_key(meta: Mapping[str, Any], cleaning: bool = False) -> str | None:
-    """The key the deploy ramdisk signs its callbacks with (hex), for the current attempt or for cleaning:
-    derived like the token but never in a URL, and served once; None before the instance has a secret."""
-    found = annotations_of(meta)
-    secret = found.get(TOKEN_SECRET)
-    if not secret:
-        return None
-    namespace, name = str(meta.get("namespace") or ""), str(meta["name"])
-    purpose = "cleaning" if cleaning else f"attempt-{count(found.get(FAILED_ATTEMPTS))}"
-    subject = f"{namespace}/{name}/callback-key/{purpose}"
-    return hmac.new(secret.encode(), subject.encode(), hashlib.sha256).hexdigest()
-
-
-def token_of(meta: Mapping[str, Any], cleaning: bool = False) -> str | None:
-    """The token of the instance's current attempt, or of its cleaning; None before the operator gave it a
-    secret."""
-    found = annotations_of(meta)
-    secret = found.get(TOKEN_SECRET)
-    if not secret:
-        return None
-    attempt = None if cleaning else count(found.get(FAILED_ATTEMPTS))
-    return token(secret, str(meta.get("namespace") or ""), str(meta["name"]), attempt)
-
-
-def before_acting(meta: Mapping[str, Any], opens_window: bool) -> dict[str, str]:
+def before_acting(meta: Mapping[str, Any], opens_window: bool) -> dict[str, str | None]:
     """The marks to write, in one patch, before an action on the BMC: before the operator's first, that it
-    acted (and the boot window, when that first action is the network boot); the instance's token secret
-    whenever it has none (nothing is served before an action)."""
-    stamp, marks = now(), {}
+    acted (and the boot window, when that first action is the network boot); the instance's token salt
+    whenever it has none (nothing is served before an action), and the removal of an earlier release's
+    token secret."""
+    stamp = now()
+    marks: dict[str, str | None] = {}
     if not touched(meta):
         marks[BMC_TOUCHED] = stamp
         if opens_window:
             marks[BOOT_WINDOW] = stamp
-    if not annotations_of(meta).get(TOKEN_SECRET):
-        marks[TOKEN_SECRET] = new_token_secret()
+    found = annotations_of(meta)
+    if not found.get(TOKEN_SALT):
+        marks[TOKEN_SALT] = new_token_salt()
+    if LEGACY_TOKEN_SECRET in found:
+        marks[LEGACY_TOKEN_SECRET] = None
     return marks
 
 
@@ -195,15 +214,15 @@ _TOKEN_SECRET_VALUE = re.compile(r"\b[0-9a-f]{64}\b")
 
 
 def redacted(message: str) -> str:
-    """`message` without token secrets (64 hex digits) when it mentions the token-secret annotation, as
-    kopf's debug logs of whole objects and diffs do."""
+    """`message` without token secrets (64 hex digits) when it mentions an earlier release's token-secret
+    annotation, as kopf's debug logs of whole objects and of the diff that removes it do."""
     if "token-secret" not in message:
         return message
     return _TOKEN_SECRET_VALUE.sub("<redacted>", message)
 
 
 class RedactTokenSecrets(logging.Filter):
-    """A log handler filter that keeps the per-instance token secrets out of every log line."""
+    """A log handler filter that keeps an earlier release's token secrets out of every log line."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()

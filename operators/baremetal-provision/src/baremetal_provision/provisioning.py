@@ -149,7 +149,7 @@ async def _power_off(run: Pass) -> None:
 
 
 async def _network_boot(run: Pass) -> None:
-    token = markers.token_of(run.meta, cleaning=run.boot_mark == markers.CLEANING_BOOTED)
+    token = run.ctx.tokens.of(run.meta, cleaning=run.boot_mark == markers.CLEANING_BOOTED)
     if token is not None:  # for the boot server, ahead of its index
         run.ctx.attempts.opened(token, str(run.meta.get("namespace") or ""), str(run.meta["name"]))
     opened = markers.annotations_of(run.meta).get(markers.BOOT_WINDOW)

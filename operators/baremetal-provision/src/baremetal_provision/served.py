@@ -53,16 +53,16 @@ def bound_mark(cleaning: bool) -> str:
     return markers.CLEANING_REQUESTER if cleaning else markers.BOOT_REQUESTER
 
 
-def served_of(body: Mapping[str, Any]) -> Served | None:
+def served_of(body: Mapping[str, Any], tokens: markers.Tokens) -> Served | None:
     """The index entry of an instance not deleted (unless it is being cleaned). One without a token yet
     (token "") serves nothing, but its MAC is known: a server asking by it makes the boot server read the
     instance afresh (`Lookup.find_current`)."""
     instance = kinds.BAREMETAL_INSTANCE.parse(body)
     meta, spec = instance.metadata, instance.spec
-    cleaning = bool(markers.token_of(meta)) and markers.cleaning_pending(meta, spec)
+    cleaning = bool(tokens.of(meta)) and markers.cleaning_pending(meta, spec)
     if meta.get("deletionTimestamp") and not cleaning:
         return None
-    token = markers.token_of(meta, cleaning=cleaning) or ""
+    token = tokens.of(meta, cleaning=cleaning) or ""
     found = markers.annotations_of(meta)
     return Served(
         namespace=str(meta["namespace"]),
@@ -73,8 +73,8 @@ def served_of(body: Mapping[str, Any]) -> Served | None:
         cleaning=cleaning,
         network_booted_at=found.get(markers.NETWORK_BOOTED),
         requester=found.get(bound_mark(cleaning)),
-        callback_key=markers.callback_key(meta) or "",
-        cleaning_key=markers.callback_key(meta, cleaning=True) or "",
+        callback_key=tokens.callback_key(meta) or "",
+        cleaning_key=tokens.callback_key(meta, cleaning=True) or "",
         window_opened=bool(found.get(markers.BOOT_WINDOW) or found.get(markers.NETWORK_BOOTED)),
         failure_reported=bool(found.get(markers.FAILURE_REPORTED)),
         exhausted=markers.count(found.get(markers.FAILED_ATTEMPTS)) >= spec.max_provisioning_attempts,

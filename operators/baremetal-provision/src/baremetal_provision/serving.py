@@ -29,7 +29,7 @@ import kopf
 from aiohttp import web
 
 from baremetal_provision import booting, markers, ramdisk_args, reports
-from baremetal_provision.contexts import ATTEMPTS_KEY, INSTANCES, OpenedAttempts
+from baremetal_provision.contexts import ATTEMPTS_KEY, INSTANCES, TOKENS_KEY, OpenedAttempts
 from baremetal_provision.front import REQUESTER_HEADER
 from baremetal_provision.imagecache import ImageCache
 from baremetal_provision.served import Served, bound_mark, served_of
@@ -82,12 +82,18 @@ class Lookup:
         except KubeError as exc:
             log.warning("cannot read %s/%s: %s", namespace, name, exc)
             return served
-        current = served_of(body) if body is not None else None
+        current = served_of(body, self.tokens) if body is not None else None
         return current if current is not None and token in ("", current.token) else served
 
     @property
     def attempts(self) -> OpenedAttempts:
         return reconciling.from_memo(self.memo, ATTEMPTS_KEY, OpenedAttempts)
+
+    @property
+    def tokens(self) -> markers.Tokens:
+        """What tokens are derived from, read when a request needs it: the key is loaded once the API
+        client exists, after this server starts (nothing is indexed, so nothing served, before)."""
+        return reconciling.from_memo(self.memo, TOKENS_KEY, markers.Tokens)
 
     @property
     def kube(self) -> Kube:
@@ -128,7 +134,7 @@ class Lookup:
         or the instance is gone or in another attempt), and the instance as last read."""
         while True:
             body = await self.kube.get(INSTANCES, served.name, served.namespace)
-            current = served_of(body) if body is not None else None
+            current = served_of(body, self.tokens) if body is not None else None
             if body is None or current is None or current.token != served.token:
                 return False, None, body
             marks = markers.annotations_of(body["metadata"])
@@ -350,7 +356,7 @@ async def bound_cleaning(request: web.Request, served: Served, what: str) -> Ser
     except KubeError as exc:
         log.warning("cannot read %s/%s: %s", served.namespace, served.name, exc)
         raise web.HTTPServiceUnavailable() from exc
-    current = served_of(body) if body is not None else None
+    current = served_of(body, lookup.tokens) if body is not None else None
     if current is not None and current.token == served.token and current.requester is not None:
         return current
     message = (

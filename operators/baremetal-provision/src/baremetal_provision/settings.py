@@ -18,7 +18,8 @@ only from `CAPFLEET_IMAGE_SOURCE_CIDRS` when set (comma-separated networks) and 
 link-local or its own addresses otherwise; `CAPFLEET_BMC_SHUTDOWN_SECONDS` is how long a graceful
 shutdown may take before the power is cut; `CAPFLEET_BMC_POWER_WAIT_SECONDS` how long a power change is
 waited for; `CAPFLEET_IPMI_CIPHER_SUITE` (17 or 3) is the cipher suite proposed to IPMI BMCs first (3 for
-BMCs that cannot negotiate 17, such as virtualbmc).
+BMCs that cannot negotiate 17, such as virtualbmc); `CAPFLEET_TOKEN_KEY_NAMESPACE` is where the Secret holding
+the key of every boot token lives (`tokenkey`), by default the operator's own namespace.
 """
 
 from __future__ import annotations
@@ -95,6 +96,7 @@ class BaremetalSettings(reconciling.Settings):
     shutdown_seconds: float = setting(60.0, env="CAPFLEET_BMC_SHUTDOWN_SECONDS")
     power_wait_seconds: float = setting(30.0, env="CAPFLEET_BMC_POWER_WAIT_SECONDS")
     ipmi_cipher_suite: int = setting(17, parse=_cipher_suite)
+    token_key_namespace: str | None = None
 
     def __post_init__(self) -> None:
         if bool(self.boot_tls_url) != bool(self.boot_tls_ca_file):

@@ -68,6 +68,14 @@ def instance(**spec: Any) -> dict[str, Any]:
     return instance_body(window, **spec)
 
 
+def image_instance(image: dict[str, str], annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    """An instance deploying `image` with the deploy ramdisk, its attempt open."""
+    body = instance(image=image)
+    del body["spec"]["os"]
+    body["metadata"]["annotations"].update(annotations or {})
+    return body
+
+
 @contextlib.asynccontextmanager
 async def serving_of(
     body: dict[str, Any], images: imagecache.ImageCache | None = None

@@ -93,7 +93,7 @@ async def stop_boot_server(memo: kopf.Memo, **_: Any) -> None:
         await runner.cleanup()
     images = memo.get(IMAGE_CACHE_KEY)
     if images is not None:
-        await images.session.close()
+        await images.close()
 
 
 @kopf.on.resume(*INSTANCES)

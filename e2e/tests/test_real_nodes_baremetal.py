@@ -30,8 +30,9 @@ from capfleet_images.nodeimage.build import NodeImage
 
 pytestmark = [pytest.mark.integration, pytest.mark.full, pytest.mark.timeout(5400)]
 
-# A control-plane node: kubeadm's minimum memory for one (the VM control planes get the same).
-CONTROL_PLANE_SERVER = Shape(memory_mib=2048, disk_mib=6144, disk_serial=ROOT_SERIAL)
+# A control-plane node: kubeadm's minimum CPUs and memory for one (its preflight refuses fewer than two
+# CPUs; the VM control planes get the same).
+CONTROL_PLANE_SERVER = Shape(memory_mib=2048, disk_mib=6144, disk_serial=ROOT_SERIAL, vcpus=2)
 
 
 async def test_the_baremetal_flavor_runs_its_control_plane_on_a_server_and_cleans_it(

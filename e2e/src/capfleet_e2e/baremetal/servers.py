@@ -32,6 +32,7 @@ class Shape:
     memory_mib: int = MEMORY_MIB
     disk_mib: int = DISK_MIB
     disk_serial: str | None = None
+    vcpus: int = 1
 
 
 DEFAULT_SHAPE = Shape()
@@ -85,7 +86,7 @@ def domain_xml(
     return f"""<domain type='qemu'>
   <name>{name}</name>
   <memory unit='MiB'>{shape.memory_mib}</memory>
-  <vcpu>1</vcpu>
+  <vcpu>{shape.vcpus}</vcpu>
   <os><type arch='x86_64' machine='pc'>hvm</type><boot dev='network'/><boot dev='hd'/></os>
   <features><acpi/></features>
   <on_poweroff>destroy</on_poweroff>

@@ -7,6 +7,8 @@ bound (or the apiserver's audit log shows a 403), and the test fails.
 
 from __future__ import annotations
 
+import ipaddress
+
 import pytest
 from ipam_helpers import ADDRESSES, CLAIMS, bound_address, create_claim, create_pool, gone, pool_ref, ready
 from netbox_setup import (
@@ -17,8 +19,10 @@ from netbox_setup import (
     owned_ips,
 )
 
-from capfleet import instances, resources
+from capfleet import instances, ownership, resources
+from capfleet.api import kinds
 from capfleet.kube import Kube
+from capfleet_e2e import serviceaccounts
 from capfleet_e2e.controlplane import Cluster
 from capfleet_e2e.namespaces import delete_namespace_while_down
 from capfleet_e2e.netbox.fixtures import NetboxInstance
@@ -80,3 +84,43 @@ async def test_deleting_the_namespace_releases_netbox_ips_before_the_pool_and_it
     assert owned_ips(netbox, prefixes.vrf_id) == {}
     # Events cannot be created in a terminating namespace: those refusals are the only ones allowed.
     assert [r for r in forbidden_requests(control_plane, "ipam-address") if "/events" not in r] == []
+
+
+async def test_two_shards_hold_their_leases_and_split_the_claims_with_the_shipped_rbac(
+    kube: Kube, namespace: str, control_plane: Cluster, run_operator_as: RunOperatorAs
+) -> None:
+    """Sharding as users run it: two replicas with `--watch-filter` and `--leader-elect`, each as the
+    operator's own ServiceAccount, elect their leaders through Leases of their own in capfleet-system
+    (capfleet-ipam-address-<filter>, allowed by the shipped Role and deploy/base's capfleet-own-leases),
+    and each serves only what carries its label: a claim of shard a's pool is bound from that pool, which
+    shard b never sees."""
+    ranges = {"a": "10.9.1.0/29", "b": "10.9.2.0/29"}
+    labels = {shard: {"metadata": {"labels": {ownership.WATCH_FILTER_LABEL: shard}}} for shard in ranges}
+    for shard, addresses in ranges.items():
+        gateway = addresses.replace(".0/29", ".1")
+        await create_pool(kube, namespace, f"p-{shard}", addresses=[addresses], prefix=24, gateway=gateway)
+        await kube.patch(kinds.HYBRID_IPPOOL.resource, f"p-{shard}", labels[shard], namespace)
+    elect = ["--leader-elect", "--leader-election-namespace", serviceaccounts.NAMESPACE]
+    for shard in ranges:
+        run_operator_as(
+            "ipam_address",
+            "ipam-address",
+            namespaces=[namespace],
+            extra_args=["--watch-filter", shard, *elect],
+        )
+    for shard in ranges:
+        await create_claim(kube, namespace, f"c-{shard}", pool_ref(f"p-{shard}"))
+        await kube.patch(CLAIMS, f"c-{shard}", labels[shard], namespace)
+    for shard, addresses in ranges.items():
+        address = await bound_address(kube, namespace, f"c-{shard}")
+        assert ipaddress.ip_address(address) in ipaddress.ip_network(addresses), shard
+        lease = await kube.get(resources.LEASES, f"capfleet-ipam-address-{shard}", serviceaccounts.NAMESPACE)
+        assert ((lease or {}).get("spec") or {}).get("holderIdentity"), f"shard {shard} leads by its Lease"
+    # A claim with no shard's label is no shard's: made before one of shard a's, it is still unserved
+    # once that one is bound.
+    await create_claim(kube, namespace, "c-none", pool_ref("p-a"))
+    await create_claim(kube, namespace, "c-a2", pool_ref("p-a"))
+    await kube.patch(CLAIMS, "c-a2", labels["a"], namespace)
+    await bound_address(kube, namespace, "c-a2")
+    assert not ((await kube.get(CLAIMS, "c-none", namespace)) or {}).get("status"), "served by no shard"
+    assert forbidden_requests(control_plane, "ipam-address") == []

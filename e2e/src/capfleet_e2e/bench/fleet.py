@@ -75,7 +75,12 @@ from capfleet_e2e.netbox.proxy import NetboxProxy
 from capfleet_e2e.netbox.releases import DEFAULT_RELEASE
 from capfleet_e2e.operators import OperatorProcess
 from capfleet_e2e.processes import free_port
-from capfleet_e2e.serviceaccounts import apply_operator_rbac, service_account_kubeconfig, service_account_user
+from capfleet_e2e.serviceaccounts import (
+    NAMESPACE,
+    apply_operator_rbac,
+    service_account_kubeconfig,
+    service_account_user,
+)
 from capfleet_e2e.site import register_hypervisor, secret
 from capfleet_e2e.waiting import eventually
 from capfleet_e2e.workload import WorkloadAPIServer
@@ -209,13 +214,14 @@ async def operators_running(
         for module, operator in OPERATORS.items():
             apply_operator_rbac(cp.kubectl, operator)
             kubeconfig = service_account_kubeconfig(cp, operator, workdir / f"{operator}.kubeconfig")
-            # As deployed: without --verbose, whose debug lines (every BMC request) cost CPU at scale.
+            # As deployed: without --verbose, whose debug lines (every BMC request) cost CPU at scale;
+            # its own namespace (where baremetal-provision keeps its token key) is its ServiceAccount's.
             process = OperatorProcess(
                 module,
                 str(kubeconfig),
                 log_dir,
                 namespaces=[namespace],
-                env=dict(env.get(module, {})),
+                env={"POD_NAMESPACE": NAMESPACE, **env.get(module, {})},
                 verbose=False,
             )
             started[operator] = process.start()

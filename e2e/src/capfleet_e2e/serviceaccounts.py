@@ -14,7 +14,7 @@ operator got.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +147,33 @@ def allowed(kubectl: Kubectl, questions: Sequence[Access]) -> dict[Access, bool]
     return {q: bool(a["status"].get("allowed")) for q, a in zip(questions, answers, strict=True)}
 
 
+def operator_as_service_account(
+    cluster: Cluster,
+    module: str,
+    operator: str,
+    workdir: Path,
+    log_dir: Path,
+    *,
+    namespaces: Sequence[str] = (),
+    extra_args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    verbose: bool = True,
+) -> OperatorProcess:
+    """An operator (not yet started) that runs as its own ServiceAccount, bound to its base's RBAC only, in
+    that ServiceAccount's namespace (POD_NAMESPACE, where it keeps what is its own), as in a pod."""
+    apply_operator_rbac(cluster.kubectl, operator)
+    kubeconfig = service_account_kubeconfig(cluster, operator, workdir / f"{operator}.kubeconfig")
+    return OperatorProcess(
+        module,
+        str(kubeconfig),
+        log_dir,
+        namespaces=namespaces,
+        extra_args=extra_args,
+        env={"POD_NAMESPACE": NAMESPACE, **(env or {})},
+        verbose=verbose,
+    )
+
+
 @pytest.fixture
 def run_operator_as(control_plane: Cluster, tmp_path: Path) -> Iterator[RunOperatorAs]:
     """Start an operator (`python -m <module>`) as its own ServiceAccount, bound to its base's RBAC only.
@@ -165,16 +192,15 @@ def run_operator_as(control_plane: Cluster, tmp_path: Path) -> Iterator[RunOpera
         extra_args: Sequence[str] = (),
         env: dict[str, str] | None = None,
     ) -> OperatorProcess:
-        apply_operator_rbac(control_plane.kubectl, operator)
-        kubeconfig = service_account_kubeconfig(control_plane, operator, tmp_path / f"{operator}.kubeconfig")
-        # Its own namespace is its ServiceAccount's, as in a pod.
-        process = OperatorProcess(
+        process = operator_as_service_account(
+            control_plane,
             module,
-            str(kubeconfig),
+            operator,
+            tmp_path,
             log_dir,
             namespaces=namespaces,
             extra_args=extra_args,
-            env={"POD_NAMESPACE": NAMESPACE, **(env or {})},
+            env=env,
         )
         started.append(process)
         return process.start()

@@ -75,12 +75,7 @@ from capfleet_e2e.netbox.proxy import NetboxProxy
 from capfleet_e2e.netbox.releases import DEFAULT_RELEASE
 from capfleet_e2e.operators import OperatorProcess
 from capfleet_e2e.processes import free_port
-from capfleet_e2e.serviceaccounts import (
-    NAMESPACE,
-    apply_operator_rbac,
-    service_account_kubeconfig,
-    service_account_user,
-)
+from capfleet_e2e.serviceaccounts import operator_as_service_account, service_account_user
 from capfleet_e2e.site import register_hypervisor, secret
 from capfleet_e2e.waiting import eventually
 from capfleet_e2e.workload import WorkloadAPIServer
@@ -212,16 +207,15 @@ async def operators_running(
     started: dict[str, OperatorProcess] = {}
     try:
         for module, operator in OPERATORS.items():
-            apply_operator_rbac(cp.kubectl, operator)
-            kubeconfig = service_account_kubeconfig(cp, operator, workdir / f"{operator}.kubeconfig")
-            # As deployed: without --verbose, whose debug lines (every BMC request) cost CPU at scale;
-            # its own namespace (where baremetal-provision keeps its token key) is its ServiceAccount's.
-            process = OperatorProcess(
+            # As deployed: without --verbose, whose debug lines (every BMC request) cost CPU at scale.
+            process = operator_as_service_account(
+                cp,
                 module,
-                str(kubeconfig),
+                operator,
+                workdir,
                 log_dir,
                 namespaces=[namespace],
-                env={"POD_NAMESPACE": NAMESPACE, **env.get(module, {})},
+                env=env.get(module),
                 verbose=False,
             )
             started[operator] = process.start()

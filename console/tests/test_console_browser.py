@@ -84,7 +84,7 @@ async def test_a_user_creates_a_vm_hits_the_quota_and_another_user_sees_nothing(
 ) -> None:
     for hv in hypervisors:
         ensure_base_image(hv, test_image)
-    run_operator_as("libvirt_vm", "libvirt-vm", env=OPERATOR_ENV)
+    run_operator_as("libvirt_vm", "libvirt-vm", secrets_in=[namespace], env=OPERATOR_ENV)
     hv_names = [await create_hypervisor(kube, namespace, hv) for hv in hypervisors]
     quota = {
         "apiVersion": QUOTAS.api_version,

@@ -83,15 +83,16 @@ def test_operator_overlay_is_a_complete_hardened_base(operator: str) -> None:
     account = only(objects, "ServiceAccount")
     assert pod["serviceAccountName"] == account["metadata"]["name"]
     subjects = [{"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": NAMESPACE}]
-    # The manager ClusterRole, and (for operators that read credentials) Secrets in one of their own.
+    # The manager ClusterRole, and (for operators that read credentials) Secrets in one of their own, which
+    # only deploy/tenant (per namespace) or deploy/components/cluster-wide-secrets binds.
     cluster_roles = sorted(o["metadata"]["name"] for o in objects if o["kind"] == "ClusterRole")
     own = [f"capfleet-{operator}-manager"] + (
         [] if operator == "capi-machine-glue" else [f"capfleet-{operator}-secrets"]
     )
     assert cluster_roles == sorted(own)
     bindings = [o for o in objects if o["kind"] == "ClusterRoleBinding"]
-    assert [b["subjects"] for b in bindings] == [subjects] * len(cluster_roles)
-    assert sorted(b["roleRef"]["name"] for b in bindings) == cluster_roles
+    assert [b["subjects"] for b in bindings] == [subjects]
+    assert [b["roleRef"]["name"] for b in bindings] == [f"capfleet-{operator}-manager"]
     secret_roles = [
         o["metadata"]["name"]
         for o in objects
@@ -178,25 +179,50 @@ def test_all_in_one_is_the_base_plus_every_operator_once() -> None:
     assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
 
 
-def test_namespaced_mode_binds_secrets_only_where_the_tenant_kustomization_is_applied() -> None:
-    objects = rendered("deploy/overlays/namespaced")
+READERS = ("ipam-address", "netbox-device", "libvirt-vm", "baremetal-provision")
+
+
+def secrets_bindings(objects: list[dict[str, Any]]) -> list[tuple[str, str, str, str]]:
+    """(kind, roleRef kind, roleRef name, subject) of every binding of a capfleet secrets ClusterRole."""
+    return sorted(
+        (o["kind"], o["roleRef"]["kind"], o["roleRef"]["name"], o["subjects"][0]["name"])
+        for o in objects
+        if o["kind"] in ("ClusterRoleBinding", "RoleBinding") and o["roleRef"]["name"].endswith("-secrets")
+    )
+
+
+def test_by_default_secrets_are_bound_only_where_the_tenant_kustomization_is_applied() -> None:
+    objects = rendered("deploy/overlays/all-in-one")
     bound = {o["roleRef"]["name"] for o in objects if o["kind"] == "ClusterRoleBinding"}
-    readers = ("ipam-address", "netbox-device", "libvirt-vm", "baremetal-provision")
     assert bound == {f"capfleet-{operator}-manager" for operator in OPERATORS}
+    assert secrets_bindings(objects) == []
     roles = {o["metadata"]["name"] for o in objects if o["kind"] == "ClusterRole"}
-    assert {f"capfleet-{operator}-secrets" for operator in readers} <= roles
+    assert {f"capfleet-{operator}-secrets" for operator in READERS} <= roles
     tenant = rendered("deploy/tenant")
     assert {o["kind"] for o in tenant} == {"RoleBinding"}
     assert all("namespace" not in o["metadata"] for o in tenant), (
         "the namespace is the tenant's, given at apply"
     )
-    assert sorted(
-        (o["roleRef"]["kind"], o["roleRef"]["name"], o["subjects"][0]["name"]) for o in tenant
-    ) == sorted(
-        ("ClusterRole", f"capfleet-{operator}-secrets", f"capfleet-{operator}-manager")
-        for operator in readers
+    assert secrets_bindings(tenant) == sorted(
+        ("RoleBinding", "ClusterRole", f"capfleet-{operator}-secrets", f"capfleet-{operator}-manager")
+        for operator in READERS
     )
     assert {o["subjects"][0]["namespace"] for o in tenant} == {NAMESPACE}
+
+
+def test_the_cluster_wide_overlay_binds_each_secrets_role_cluster_wide_and_nothing_else() -> None:
+    default, wide = rendered("deploy/overlays/all-in-one"), rendered("deploy/overlays/cluster-wide")
+    added = [o for o in wide if o not in default]
+    assert secrets_bindings(added) == sorted(
+        ("ClusterRoleBinding", "ClusterRole", f"capfleet-{operator}-secrets", f"capfleet-{operator}-manager")
+        for operator in READERS
+    )
+    assert len(added) == len(READERS)
+    assert all(o in wide for o in default)
+    assert {o["subjects"][0]["namespace"] for o in added} == {NAMESPACE}
+    # clusterctl deletes and moves a provider's objects by its label: the opt-in bindings carry it too.
+    labels = {o["metadata"]["labels"]["cluster.x-k8s.io/provider"] for o in added}
+    assert labels == {"infrastructure-capfleet"}
 
 
 def test_components_add_netbox_secret_verbose_logging_and_service_monitors(tmp_path: Path) -> None:

@@ -5,7 +5,8 @@ checks prove they grant no more than the design needs:
 
 - no operator can list or watch Secrets anywhere; only those whose objects reference Secrets by name
   (NetBox connections, BMC credentials, SSH keys, bootstrap data) can `get` one, and `patch` it (to put
-  and take off their own finalizers, `capfleet.secretholds`); none can update or delete one, and only
+  and take off their own finalizers, `capfleet.secretholds`), and only in a namespace that opted in with
+  deploy/tenant (everywhere with deploy/overlays/cluster-wide); none can update or delete one, and only
   baremetal-provision can create one: its token key, in capfleet-system, named by deploy/base's
   admission policy;
 - no operator can write a CRD, or the status of another operator's kinds, and only the glue writes
@@ -25,6 +26,7 @@ import base64
 import json
 import secrets
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,7 @@ from capfleet_e2e.serviceaccounts import (
     Access,
     allowed,
     apply_operator_rbac,
+    opt_in,
     service_account_kubeconfig,
     service_account_user,
 )
@@ -87,17 +90,44 @@ def admin(control_plane: Cluster) -> Kubectl:
     return control_plane.kubectl
 
 
-def secret_rules(operator: str) -> dict[Access, bool]:
+@pytest.fixture(scope="module")
+def tenant(admin: Kubectl) -> Iterator[str]:
+    """A namespace that opted in with deploy/tenant, as a user does for each that holds clusters."""
+    namespace = f"tenant-{secrets.token_hex(3)}"
+    admin("create", "namespace", namespace)
+    opt_in(admin, namespace)
+    yield namespace
+    admin("delete", "namespace", namespace, "--wait=false")
+
+
+def secret_rules(operator: str, tenant: str) -> dict[Access, bool]:
+    """In a namespace that opted in: Secrets by name, and patch for holds. Anywhere else (`default`, and
+    capfleet-system but for the token key's owner): nothing."""
     user = service_account_user(operator)
     expected: dict[Access, bool] = {}
     for verb in ("list", "watch"):
         expected[(user, verb, "", "secrets", "")] = False
-        expected[(user, verb, "", "secrets", "default")] = False
-    for verb in WRITE_VERBS:
-        expected[(user, verb, "", "secrets", "default")] = verb == "patch" and operator in READS_SECRETS
-    expected[(user, "get", "", "secrets", "default")] = operator in READS_SECRETS
+        expected[(user, verb, "", "secrets", tenant)] = False
+    for namespace in (tenant, "default", NAMESPACE):
+        opted_in = namespace == tenant and operator in READS_SECRETS
+        for verb in WRITE_VERBS:
+            # RBAC cannot name an object being created: the token key's create is the admission policy's.
+            key_owner = verb == "create" and namespace == NAMESPACE and operator == TOKEN_KEY_OWNER
+            expected[(user, verb, "", "secrets:hybrid-ca", namespace)] = (
+                verb == "patch" and opted_in
+            ) or key_owner
+        expected[(user, "get", "", "secrets:hybrid-ca", namespace)] = opted_in
     expected[(user, "create", "", "secrets", NAMESPACE)] = operator == TOKEN_KEY_OWNER
-    expected[(user, "get", "", f"secrets:{TOKEN_KEY}", NAMESPACE)] = operator in READS_SECRETS
+    expected[(user, "get", "", f"secrets:{TOKEN_KEY}", NAMESPACE)] = operator == TOKEN_KEY_OWNER
+    # Its own deploy/tenant RoleBinding, patched to hold it (capfleet.secretholds), where it is bound.
+    group, grant = "rbac.authorization.k8s.io", f"rolebindings:capfleet-{operator}-secrets"
+    for namespace in (tenant, "default"):
+        opted_in = namespace == tenant and operator in READS_SECRETS
+        expected[(user, "patch", group, grant, namespace)] = opted_in
+        expected[(user, "delete", group, grant, namespace)] = False
+        expected[(user, "patch", group, "rolebindings:capfleet-ipam-address-secrets", namespace)] = (
+            opted_in and operator == "ipam-address"
+        )
     return expected
 
 
@@ -125,9 +155,9 @@ def ownership_rules(operator: str) -> dict[Access, bool]:
 
 @pytest.mark.parametrize("operator", OPERATORS)
 def test_secrets_are_read_by_name_and_held_only_where_the_design_needs_it(
-    admin: Kubectl, operator: str
+    admin: Kubectl, tenant: str, operator: str
 ) -> None:
-    expected = secret_rules(operator)
+    expected = secret_rules(operator, tenant)
     answers = allowed(admin, list(expected))
     assert {q: a for q, a in answers.items() if a != expected[q]} == {}
 
@@ -223,12 +253,12 @@ def test_each_operator_writes_only_its_own_leases(
         admin("delete", "lease", running, "-n", NAMESPACE, "--ignore-not-found")
 
 
-def secret(name: str, namespace: str = NAMESPACE) -> str:
+def secret(name: str, namespace: str = NAMESPACE, labels: dict[str, str] | None = None) -> str:
     return json.dumps(
         {
             "apiVersion": "v1",
             "kind": "Secret",
-            "metadata": {"name": name, "namespace": namespace},
+            "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
             "data": {"key": base64.b64encode(b"planted").decode()},
         }
     )
@@ -247,7 +277,10 @@ def test_baremetal_provision_creates_no_secret_but_its_token_key(
     try:
         # A new policy takes effect once the API server's informer has it: wait for the first refusal.
         deadline = time.monotonic() + 30
-        while (refusal := create_refused(as_operator, secret(squatted))) is None:
+        # Labelled as a VM's user-data, which capfleet-tenant-secrets lets a writer that cannot read it
+        # create: the refusal is capfleet-own-secrets' alone.
+        squatting = secret(squatted, labels={"libvirt.capfleet.dev/user-data": "true"})
+        while (refusal := create_refused(as_operator, squatting)) is None:
             admin("delete", "secret", squatted, "-n", NAMESPACE)
             assert time.monotonic() < deadline, "the admission policy never refused another Secret"
             time.sleep(0.5)
@@ -272,6 +305,7 @@ def test_operators_may_change_nothing_on_a_secret_but_their_own_holds(
     )
     namespace = f"holds-{secrets.token_hex(3)}"
     admin("create", "namespace", namespace)
+    opt_in(admin, namespace)
     try:
         admin("create", "secret", "generic", "netbox", "-n", namespace, "--from-literal=token=t0")
         hold = f"{namespace}.netboxdevice.holds.capfleet.dev/m0"
@@ -321,35 +355,80 @@ def test_operators_may_change_nothing_on_a_secret_but_their_own_holds(
         admin("delete", "namespace", namespace, "--wait=false")
 
 
-def test_in_namespaced_mode_operators_read_secrets_only_in_tenant_namespaces(admin: Kubectl) -> None:
-    """deploy/overlays/namespaced drops the cluster-wide Secret bindings; deploy/tenant binds them in one
-    namespace: a workload cluster's CA Secret anywhere else is out of every operator's reach."""
-    tenant, other = f"tenant-{secrets.token_hex(3)}", f"other-{secrets.token_hex(3)}"
-    for namespace in (tenant, other):
-        admin("create", "namespace", namespace)
+def test_cluster_wide_secrets_lets_every_reader_get_a_secret_in_any_namespace(admin: Kubectl) -> None:
+    """The opt-in deploy/components/cluster-wide-secrets: a Secret by name in a namespace that never
+    applied deploy/tenant, for the four operators that read them; still no list, no write but holds."""
+    other = f"other-{secrets.token_hex(3)}"
+    admin("create", "namespace", other)
+    wide = build(repo_root() / "deploy" / "overlays" / "cluster-wide")
+    bindings = [o for o in yaml.safe_load_all(wide) if o["kind"] == "ClusterRoleBinding"]
+    opted = [o for o in bindings if o["roleRef"]["name"].endswith("-secrets")]
     try:
-        for operator in READS_SECRETS:
-            admin("delete", "clusterrolebinding", f"capfleet-{operator}-secrets", "--ignore-not-found")
-        admin(
-            "apply", "--server-side", "-n", tenant, "-f", "-", stdin=build(repo_root() / "deploy" / "tenant")
-        )
+        items = {"apiVersion": "v1", "kind": "List", "items": opted}
+        admin("apply", "--server-side", "-f", "-", stdin=json.dumps(items))
         expected: dict[Access, bool] = {}
         for operator in OPERATORS:
             user = service_account_user(operator)
-            for verb in ("get", "patch"):
-                expected[(user, verb, "", "secrets:hybrid-ca", tenant)] = operator in READS_SECRETS
-                expected[(user, verb, "", "secrets:hybrid-ca", other)] = False
-                expected[(user, verb, "", "secrets:hybrid-ca", NAMESPACE)] = False
-            expected[(user, "list", "", "secrets", tenant)] = False
-            # The token key stays baremetal-provision's alone (cluster-wide reads let the others see it).
-            expected[(user, "get", "", f"secrets:{TOKEN_KEY}", NAMESPACE)] = operator == TOKEN_KEY_OWNER
+            expected[(user, "get", "", "secrets:hybrid-ca", other)] = operator in READS_SECRETS
+            expected[(user, "patch", "", "secrets:hybrid-ca", other)] = operator in READS_SECRETS
+            expected[(user, "list", "", "secrets", other)] = False
+            expected[(user, "delete", "", "secrets:hybrid-ca", other)] = False
         answers = allowed(admin, list(expected))
         assert {q: a for q, a in answers.items() if a != expected[q]} == {}
     finally:
-        for operator in OPERATORS:
-            apply_operator_rbac(admin, operator)  # back to the cluster-wide bindings for the other tests
-        for namespace in (tenant, other):
-            admin("delete", "namespace", namespace, "--wait=false")
+        for binding in opted:
+            admin("delete", "clusterrolebinding", binding["metadata"]["name"], "--ignore-not-found")
+        admin("delete", "namespace", other, "--wait=false")
+
+
+async def test_operators_may_change_nothing_on_their_tenant_rolebinding_but_their_own_holds(
+    admin: Kubectl, control_plane: Cluster, tmp_path: Path
+) -> None:
+    """A holder holds the RoleBinding that lets its operator read its Secrets (namespace deletion removes
+    both at once); the `patch` that takes is narrowed by deploy/base's capfleet-grant-holds to capfleet's
+    finalizers: no subject added, which would hand the operator's Secret rights to another account."""
+    operator = "netbox-device"
+    kubeconfig = service_account_kubeconfig(control_plane, operator, tmp_path / "nd.kubeconfig")
+    namespace = f"grants-{secrets.token_hex(3)}"
+    admin("create", "namespace", namespace)
+    opt_in(admin, namespace)
+    grant = f"capfleet-{operator}-secrets"
+    hold = f"{namespace}.netboxdevice.holds.capfleet.dev/m0"
+
+    def stored() -> dict[str, Any]:
+        found: dict[str, Any] = json.loads(admin("get", "rolebinding", grant, "-n", namespace, "-o", "json"))
+        return found
+
+    try:
+        async with Kube.connect(f"capfleet-{operator}", str(kubeconfig)) as as_operator:
+
+            async def patch(change: dict[str, Any]) -> object:
+                return await as_operator.patch(
+                    resources.ROLEBINDINGS, grant, change, namespace, strategic=True
+                )
+
+            stranger = {"kind": "ServiceAccount", "name": "default", "namespace": namespace}
+            subjects = {"subjects": [*stored()["subjects"], stranger]}
+            deadline = time.monotonic() + 30
+            while True:  # a new policy takes effect once the API server's informer has it
+                try:
+                    await patch(subjects)
+                except Invalid as refused:
+                    refusal = str(refused)
+                    break
+                assert time.monotonic() < deadline, "the admission policy never refused a new subject"
+                opt_in(admin, namespace)  # the subjects back
+                await asyncio.sleep(0.5)
+            assert "may not change a RoleBinding's subjects" in refusal
+            with pytest.raises(Invalid, match="only their own finalizers"):
+                await patch({"metadata": {"finalizers": ["example.com/keep"]}})
+            await patch({"metadata": {"finalizers": [hold]}})
+            assert stored()["metadata"]["finalizers"] == [hold]
+            assert [s["name"] for s in stored()["subjects"]] == [f"capfleet-{operator}-manager"]
+            await patch({"metadata": {"$deleteFromPrimitiveList/finalizers": [hold]}})
+            assert not stored()["metadata"].get("finalizers")
+    finally:
+        admin("delete", "namespace", namespace, "--wait=false")
 
 
 async def test_baremetal_provision_may_change_only_the_leader_label_of_a_pod(

@@ -193,6 +193,7 @@ ROLLOUT_SECONDS = 180.0
 @pytest.fixture
 async def pod_site(
     mgmt: ManagementCluster,
+    capfleet_release: Release,
     hypervisors: list[Hypervisor],
     test_image: TestImage,
     pxe_lab: PxeLab,
@@ -205,6 +206,7 @@ async def pod_site(
         mgmt.init()
     mgmt.start_capi()
     fleet = PodFleet(mgmt)
+    tenant_rbac = capfleet_release.tenant_rbac
     namespace = f"pods-{secrets.token_hex(3)}"
     async with Kube.connect("capfleet-tests", str(mgmt.cp.kubeconfig)) as kube:
         body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
@@ -224,6 +226,8 @@ async def pod_site(
                 workdir=tmp_path,
                 reach=fleet.reach,
                 boot=fleet.boot,
+                # As a clusterctl user opts a namespace in: the release's copy of deploy/tenant.
+                onboard=lambda kubectl, ns: kubectl("apply", "-n", ns, "-f", str(tenant_rbac)),
             ) as site:
                 fleet.settle()
                 yield site, fleet

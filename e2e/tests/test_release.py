@@ -17,7 +17,7 @@ from capfleet_e2e.clusterctl_components import INFRASTRUCTURE, IPAM, PROVIDERS, 
 from capfleet_e2e.images import IMAGES, OciArchive, reference
 from capfleet_e2e.kubebin import repo_root
 from capfleet_e2e.kustomize import documents
-from capfleet_e2e.release import SUMS, TEMPLATES, Release, ReleaseError, metadata, sha256
+from capfleet_e2e.release import SUMS, TEMPLATES, TENANT_RBAC, Release, ReleaseError, metadata, sha256
 
 SITE_PACKAGES = re.compile(r"^app/\.venv/lib/python3\.11/site-packages/([^/]+)-([^-/]+)\.dist-info/METADATA$")
 
@@ -63,7 +63,7 @@ def test_dist_is_a_clusterctl_repository_with_every_file_summed(capfleet_release
         "clusterctl.yaml",
         *(
             f"infrastructure-capfleet/{tag}/{name}"
-            for name in (INFRASTRUCTURE.file, "metadata.yaml", *TEMPLATES)
+            for name in (INFRASTRUCTURE.file, "metadata.yaml", *TEMPLATES, TENANT_RBAC)
         ),
         *(f"ipam-capfleet/{tag}/{name}" for name in (IPAM.file, "metadata.yaml")),
         *(f"images/{image}.tar" for image in IMAGES),

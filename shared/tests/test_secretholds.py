@@ -67,3 +67,10 @@ def test_a_finalizer_is_added_only_when_missing_and_never_to_a_secret_being_dele
     assert not secretholds.needs_finalizer(held, holder.finalizer)
     assert not secretholds.needs_finalizer(going, holder.finalizer)
     assert secretholds.key_of(free) == "ns/s"
+
+
+def test_the_grants_are_the_namespaces_of_the_secrets_held_each_once() -> None:
+    meta = {"annotations": {secretholds.GRANTS_ANNOTATION: "team-a,,team-b"}}
+    assert secretholds.held_grants(meta) == ["team-a", "team-b"]
+    assert secretholds.held_grants({}) == []
+    assert secretholds.namespaces_of(["team-a/netbox", "hv/ssh", "team-a/bmc"]) == ["team-a", "hv"]

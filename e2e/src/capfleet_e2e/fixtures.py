@@ -46,6 +46,7 @@ async def namespace(kube: Kube, request: pytest.FixtureRequest) -> AsyncIterator
 HELD: tuple[resources.Resource, ...] = (
     *(kind.resource for kind in kinds.ALL if kind.resource.namespaced),
     resources.SECRETS,  # held by capfleet objects (capfleet.secretholds)
+    resources.ROLEBINDINGS,  # deploy/tenant's, held with the Secrets they let the operators read
     resources.CAPI_CLUSTERS,
     resources.CAPI_MACHINES,
     resources.IP_ADDRESS_CLAIMS,

@@ -40,7 +40,12 @@ async def delete_namespace_while_down(
             return None
         return [s for s in found if s is not None] or [{}]
 
-    seen = await eventually("the namespace's Secrets to be deleted", deleted, 60)
+    try:
+        seen = await eventually("the namespace's Secrets to be deleted", deleted, 60)
+    except AssertionError as exc:
+        left = await kube.get(resources.NAMESPACES, namespace)
+        blockers = [condition_text(c) for c in ((left or {}).get("status") or {}).get("conditions") or []]
+        raise AssertionError(f"{exc}; namespace: {blockers}") from exc
     # Restarted cluster-wide, as the Deployments run: kopf started with `--namespace` never serves a
     # namespace that is already being deleted (it waits for the namespace's deletion to finish).
     operator.namespaces = []

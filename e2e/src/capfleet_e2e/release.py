@@ -1,7 +1,8 @@
 """`make release VERSION=x.y.z`: a capfleet release in dist/, laid out as clusterctl reads a repository.
 
     dist/
-      infrastructure-capfleet/v<x.y.z>/  infrastructure-components.yaml, metadata.yaml, cluster-template*.yaml
+      infrastructure-capfleet/v<x.y.z>/  infrastructure-components.yaml, metadata.yaml,
+                                         cluster-template*.yaml, tenant-rbac.yaml (deploy/tenant)
       ipam-capfleet/v<x.y.z>/            ipam-components.yaml, metadata.yaml
       images/<image>.tar                 the six images as OCI archives (docker.io/capfleet/<image>:v<x.y.z>)
       images/<image>.cdx.json            an SBOM per image (CycloneDX 1.5)
@@ -40,8 +41,11 @@ import yaml
 from capfleet_e2e.clusterctl_components import INFRASTRUCTURE, OUTPUT_DIR, PROVIDERS, Pin, Provider, render
 from capfleet_e2e.images import IMAGES, OciArchive, ensure_images
 from capfleet_e2e.kubebin import repo_root
+from capfleet_e2e.kustomize import build as kustomize_build
 
 TEMPLATES = ("cluster-template.yaml", "cluster-template-vm.yaml", "cluster-template-baremetal.yaml")
+TENANT_RBAC = "tenant-rbac.yaml"
+"""deploy/tenant rendered: what opts a namespace in to the operators reading its Secrets."""
 SUMS = "SHA256SUMS"
 TEST_VERSION = "0.1.0-test"
 """The version the suites release and install (its series, 0.1, is in metadata.yaml)."""
@@ -73,6 +77,10 @@ class Release:
 
     def components(self, provider: Provider) -> Path:
         return provider_dir(self.dist, provider, self.version) / provider.file
+
+    @property
+    def tenant_rbac(self) -> Path:
+        return provider_dir(self.dist, INFRASTRUCTURE, self.version) / TENANT_RBAC
 
 
 class ReleaseError(Exception):
@@ -218,6 +226,7 @@ def write(
         if provider is INFRASTRUCTURE:
             for template in TEMPLATES:
                 shutil.copyfile(root / OUTPUT_DIR / template, out / template)
+            (out / TENANT_RBAC).write_text(kustomize_build(root / "deploy" / "tenant"))
     images = dist / "images"
     images.mkdir()
     for image in released_images(providers):

@@ -1,8 +1,9 @@
 """Operators run with exactly their kustomize base's RBAC: "least privilege" proven, not guessed.
 
 `apply_operator_rbac` applies the ServiceAccount, ClusterRole and ClusterRoleBinding that
-deploy/overlays/<operator> renders, and the admission policies of deploy/base that bound what the
-operators may do (nothing else, nothing added by the harness); `service_account_kubeconfig`
+deploy/overlays/<operator> renders, the admission policies of deploy/base that bound what the operators may
+do, and in each namespace the operator is to read Secrets in the operator's RoleBinding of deploy/tenant, as
+a user opts a namespace in (nothing else, nothing added by the harness); `service_account_kubeconfig`
 gets a token for that ServiceAccount from the TokenRequest API (`kubectl create token`, i.e.
 POST .../serviceaccounts/<name>/token) and writes a kubeconfig with it, TLS verified with the cluster's CA.
 The `run_operator_as` fixture starts an operator with that kubeconfig, so a missing permission makes the
@@ -65,11 +66,39 @@ def fleet_policies() -> list[dict[str, Any]]:
     return [o for o in rendered if o["kind"] in POLICY_KINDS]
 
 
-def apply_operator_rbac(kubectl: Kubectl, operator: str) -> None:
-    """Create capfleet-system if needed and server-side apply the operator's RBAC objects and the fleet's
-    admission policies."""
+def tenant_rbac(operator: str, namespace: str) -> list[dict[str, Any]]:
+    """The operator's RoleBindings of deploy/tenant, placed in `namespace` (`kubectl apply -k deploy/tenant
+    -n <namespace>` applies them for every operator at once)."""
+    rendered = documents(build(repo_root() / "deploy" / "tenant"))
+    name = service_account_name(operator)
+    return [
+        {**o, "metadata": {**o["metadata"], "namespace": namespace}}
+        for o in rendered
+        if any(s["name"] == name for s in o["subjects"])
+    ]
+
+
+def opt_in(kubectl: Kubectl, namespace: str) -> None:
+    """What a user does for each namespace that holds clusters or Hypervisor SSH Secrets: `kubectl apply -k
+    deploy/tenant -n <namespace>`, which lets every operator read Secrets there."""
+    kubectl(
+        "apply",
+        "--server-side",
+        f"--field-manager={FIELD_MANAGER}",
+        "-n",
+        namespace,
+        "-f",
+        "-",
+        stdin=build(repo_root() / "deploy" / "tenant"),
+    )
+
+
+def apply_operator_rbac(kubectl: Kubectl, operator: str, secrets_in: Sequence[str] = ()) -> None:
+    """Create capfleet-system if needed and server-side apply the operator's RBAC objects, the fleet's
+    admission policies and, in each namespace of `secrets_in`, its deploy/tenant RoleBindings."""
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
-    items = [namespace, *fleet_policies(), *operator_rbac(operator)]
+    tenants = [o for served in secrets_in for o in tenant_rbac(operator, served)]
+    items = [namespace, *fleet_policies(), *operator_rbac(operator), *tenants]
     kubectl(
         "apply",
         "--server-side",
@@ -155,13 +184,16 @@ def operator_as_service_account(
     log_dir: Path,
     *,
     namespaces: Sequence[str] = (),
+    secrets_in: Sequence[str] | None = None,
     extra_args: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
     verbose: bool = True,
 ) -> OperatorProcess:
     """An operator (not yet started) that runs as its own ServiceAccount, bound to its base's RBAC only, in
-    that ServiceAccount's namespace (POD_NAMESPACE, where it keeps what is its own), as in a pod."""
-    apply_operator_rbac(cluster.kubectl, operator)
+    that ServiceAccount's namespace (POD_NAMESPACE, where it keeps what is its own), as in a pod; it may
+    read Secrets in `secrets_in` (by default the namespaces it serves), as deploy/tenant lets it."""
+    served = namespaces if secrets_in is None else secrets_in
+    apply_operator_rbac(cluster.kubectl, operator, served)
     kubeconfig = service_account_kubeconfig(cluster, operator, workdir / f"{operator}.kubeconfig")
     return OperatorProcess(
         module,
@@ -178,7 +210,8 @@ def operator_as_service_account(
 def run_operator_as(control_plane: Cluster, tmp_path: Path) -> Iterator[RunOperatorAs]:
     """Start an operator (`python -m <module>`) as its own ServiceAccount, bound to its base's RBAC only.
 
-    `run_operator_as("ipam_address", "ipam-address", namespaces=[ns])`; stopped after the test.
+    `run_operator_as("ipam_address", "ipam-address", namespaces=[ns])`; stopped after the test. An
+    operator that serves every namespace names those it may read Secrets in: `secrets_in=[ns]`.
     """
     started: list[OperatorProcess] = []
     log_dir = artifacts_dir() / "operators"
@@ -189,6 +222,7 @@ def run_operator_as(control_plane: Cluster, tmp_path: Path) -> Iterator[RunOpera
         operator: str,
         *,
         namespaces: Sequence[str] = (),
+        secrets_in: Sequence[str] | None = None,
         extra_args: Sequence[str] = (),
         env: dict[str, str] | None = None,
     ) -> OperatorProcess:
@@ -199,6 +233,7 @@ def run_operator_as(control_plane: Cluster, tmp_path: Path) -> Iterator[RunOpera
             tmp_path,
             log_dir,
             namespaces=namespaces,
+            secrets_in=secrets_in,
             extra_args=extra_args,
             env=env,
         )

@@ -29,11 +29,13 @@ from capfleet_e2e.baremetal.lab import PxeLab
 from capfleet_e2e.baremetal.servers import BareMetalServer
 from capfleet_e2e.callbacks import Callbacks
 from capfleet_e2e.controlplane import ControlPlane
+from capfleet_e2e.kubebin import Kubectl
 from capfleet_e2e.libvirt.bootdisk import boot_disk
 from capfleet_e2e.libvirt.hypervisor import Hypervisor, upload_volume
 from capfleet_e2e.libvirt.image import TestImage
 from capfleet_e2e.namespaces import delete_namespace
 from capfleet_e2e.netbox.fixtures import NetboxInstance
+from capfleet_e2e.serviceaccounts import opt_in
 from capfleet_e2e.waiting import eventually
 from capfleet_e2e.workload import WorkloadAPIServer
 
@@ -435,13 +437,16 @@ async def open_site(
     cluster_name: str = "hybrid",
     reach: Reach = on_loopback,
     boot: Boot = boot_on_host,
+    onboard: Callable[[Kubectl, str], object] = opt_in,
 ) -> AsyncIterator[HybridSite]:
     """Prepare everything a hybrid cluster needs and start the five operators; on exit delete the
     cluster (if still there) and wait, so that nothing outlives the site, then stop the site's parts.
     `reach` and `boot` say how the operators reach the lab and its servers the operators (host processes
-    by default; pods on a management node: capfleet_e2e.podfleet)."""
+    by default; pods on a management node: capfleet_e2e.podfleet); `onboard` opts the namespace in to the
+    operators reading its Secrets (deploy/tenant by default)."""
     ensure_base_image(hypervisor, vm_image)
     _, audit_offset = control_plane.audit_events()
+    onboard(control_plane.kubectl, namespace)  # the operators may read the site's Secrets, and no others
     hypervisor_name = await register_hypervisor(
         kube, namespace, hypervisor, labels={SITE_LABEL: namespace}, reach=reach
     )

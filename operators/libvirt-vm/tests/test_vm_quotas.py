@@ -78,7 +78,7 @@ async def test_vms_created_at_once_against_a_quota_that_fits_all_but_one(
 ) -> None:
     for hv in hypervisors:
         ensure_base_image(hv, test_image)
-    run_operator_as("libvirt_vm", "libvirt-vm", env=OPERATOR_ENV)
+    run_operator_as("libvirt_vm", "libvirt-vm", secrets_in=[namespace], env=OPERATOR_ENV)
     hv_names = [await create_hypervisor(kube, namespace, hv) for hv in hypervisors]
     fits = VMS_AT_ONCE - 1
     try:

@@ -8,8 +8,6 @@ device, write status and release the device on deletion without a single 403 in 
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from netbox_device_helpers import (
     DEVICES,
@@ -29,11 +27,9 @@ from capfleet.kube import Kube
 from capfleet.secretholds import HELD_ANNOTATION
 from capfleet_e2e.controlplane import Cluster
 from capfleet_e2e.fixtures import release_leftovers
-from capfleet_e2e.kubebin import repo_root
-from capfleet_e2e.kustomize import build, documents
 from capfleet_e2e.namespaces import delete_namespace_while_down
 from capfleet_e2e.netbox.fixtures import NetboxInstance
-from capfleet_e2e.serviceaccounts import RunOperatorAs, apply_operator_rbac, forbidden_requests
+from capfleet_e2e.serviceaccounts import RunOperatorAs, forbidden_requests
 from capfleet_e2e.waiting import eventually
 from netbox_device.selection import OWNER_INSTANCE
 
@@ -114,37 +110,26 @@ async def test_deleting_the_namespace_releases_the_device_and_the_vm_record_befo
     assert refused == []
 
 
-async def test_in_namespaced_mode_a_secret_outside_the_tenant_namespaces_is_a_clear_condition(
+async def test_a_secret_in_a_namespace_that_did_not_opt_in_is_a_clear_condition(
     kube: Kube,
     namespace: str,
-    control_plane: Cluster,
     run_operator_as: RunOperatorAs,
     netbox: NetboxInstance,
 ) -> None:
-    """With deploy/overlays/namespaced's RBAC, the operator claims in a namespace where deploy/tenant is
-    applied and, elsewhere, says why it cannot (Ready=False SecretForbidden), instead of a traceback."""
+    """With the default RBAC the operator claims in a namespace where deploy/tenant is applied and,
+    elsewhere, says why it cannot (Ready=False SecretForbidden), instead of a traceback."""
     seed_inventory(netbox, 2)
     other = f"{namespace[:50]}-other"
     await kube.create(resources.NAMESPACES, {"metadata": {"name": other}})
     try:
         for served in (namespace, other):
             await create_connection_secret(kube, served, netbox)
-        run_operator_as("netbox_device", "netbox-device", namespaces=[namespace, other], env=OPERATOR_ENV)
-        kubectl = control_plane.kubectl
-        kubectl("delete", "clusterrolebinding", "capfleet-netbox-device-secrets")
-        tenant = [
-            o
-            for o in documents(build(repo_root() / "deploy" / "tenant"))
-            if "netbox-device" in o["metadata"]["name"]
-        ]
-        kubectl(
-            "apply",
-            "--server-side",
-            "-n",
-            namespace,
-            "-f",
-            "-",
-            stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": tenant}),
+        run_operator_as(
+            "netbox_device",
+            "netbox-device",
+            namespaces=[namespace, other],
+            secrets_in=[namespace],
+            env=OPERATOR_ENV,
         )
         await create_device_claim(kube, netbox, other, "m0")
         refused = await wait_reason(kube, DEVICES, other, "m0", "SecretForbidden")
@@ -156,4 +141,3 @@ async def test_in_namespaced_mode_a_secret_outside_the_tenant_namespaces_is_a_cl
     finally:
         await kube.delete(resources.NAMESPACES, other)
         await release_leftovers(kube, other)
-        apply_operator_rbac(control_plane.kubectl, "netbox-device")  # the cluster-wide binding back

@@ -90,6 +90,7 @@ def configure(
                 ("metadata", "annotations", mark)
                 for mark in (
                     secretholds.HELD_ANNOTATION,
+                    secretholds.GRANTS_ANNOTATION,
                     secretholds.LET_GO_ANNOTATION,
                     *identity.quiet_marks,
                 )

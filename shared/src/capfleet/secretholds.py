@@ -17,8 +17,15 @@ two writes, still lets go of every one. Letting go is recorded on the holder too
 come off: kopf may run a deletion handler again after it succeeded (when it could not yet remove its own
 finalizer, a timer of the object still exiting), and by then the Secrets may be gone, so a deletion runs
 through `release`, which gives back only when no earlier run has let go. `get_secret` reads a credentials
-Secret and turns the 403 of namespaced mode (no RoleBinding from deploy/tenant in that namespace) into a
-condition that says so.
+Secret and turns the 403 of a namespace that did not opt in (no RoleBinding from deploy/tenant there) into
+a condition that says so.
+
+The right to read those Secrets is deleted with the namespace too: it is the operator's RoleBinding of
+deploy/tenant, `capfleet-<operator>-secrets`, in the Secrets' namespace. A Secret kept is no use to a
+holder that may no longer read it or take its finalizer off, so the holder holds that RoleBinding the same
+way, with the same finalizer: put on before the first Secret of its namespace, taken off after the last.
+Which namespaces' RoleBindings it holds is recorded on the holder as well (a second annotation). With the
+cluster-wide opt-in there is no such RoleBinding and nothing to hold.
 """
 
 from __future__ import annotations
@@ -36,13 +43,16 @@ from typing import Any
 from capfleet import errors, resources
 from capfleet.batching import Batch
 from capfleet.kube import Forbidden, Invalid, Kube, Obj
-from capfleet.resources import Resource
+from capfleet.resources import ROLEBINDINGS, Resource
 
 DOMAIN = "holds.capfleet.dev"
 HELD_ANNOTATION = "capfleet.dev/held-secrets"
 """On a holder: the Secrets it holds, as comma-separated `namespace/name`."""
 LET_GO_ANNOTATION = "capfleet.dev/secrets-let-go"
 """On a holder being deleted: it gave back what it held outside and let go of its Secrets."""
+GRANTS_ANNOTATION = "capfleet.dev/held-grants"
+"""On a holder: the namespaces whose RoleBinding `capfleet-<operator>-secrets` it holds, comma-separated."""
+GRANT_SUFFIX = "-secrets"
 NAME_MAX = 63
 _QUALIFIED_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 SECRET_FORBIDDEN = "SecretForbidden"
@@ -50,15 +60,15 @@ SECRET_FORBIDDEN = "SecretForbidden"
 
 async def get_secret(kube: Kube, namespace: str, name: str) -> Obj | None:
     """A Secret by name, or None when it does not exist; read-only, as callers at once share one read
-    (`Batches.read`). In namespaced mode an operator may read Secrets only where deploy/tenant bound its
-    secrets ClusterRole: elsewhere the 403 becomes a condition that says so, retried like a missing
-    Secret."""
+    (`Batches.read`). An operator may read Secrets only where deploy/tenant bound its secrets ClusterRole
+    (everywhere with the cluster-wide opt-in): elsewhere the 403 becomes a condition that says so, retried
+    like a missing Secret."""
     try:
         return await _batches_of(kube).read(namespace, name)
     except Forbidden as exc:
         message = (
-            f"may not read Secret {namespace}/{name} ({exc.message}); in namespaced mode, apply "
-            f"deploy/tenant in namespace {namespace}"
+            f"may not read Secret {namespace}/{name} ({exc.message}); to let the operators read "
+            f"Secrets there, apply deploy/tenant in namespace {namespace}"
         )
         raise errors.DependencyMissing(message, reason=SECRET_FORBIDDEN) from exc
 
@@ -96,6 +106,22 @@ def held(metadata: Mapping[str, Any]) -> list[str]:
     return [key for key in value.split(",") if key.count("/") == 1 and all(key.split("/"))]
 
 
+def held_grants(metadata: Mapping[str, Any]) -> list[str]:
+    """The namespaces whose Secrets RoleBinding the object recorded it holds, in recorded order."""
+    value = (metadata.get("annotations") or {}).get(GRANTS_ANNOTATION) or ""
+    return [namespace for namespace in value.split(",") if namespace]
+
+
+def grant_of(kube: Kube, namespace: str) -> str:
+    """The key of the RoleBinding (deploy/tenant's) that lets this operator read Secrets in `namespace`:
+    `capfleet-<operator>-secrets`, named after the operator's field manager `capfleet-<operator>`."""
+    return f"{namespace}/{kube.field_manager}{GRANT_SUFFIX}"
+
+
+def namespaces_of(keys: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys(key.split("/")[0] for key in keys))
+
+
 def key_of(secret: Mapping[str, Any]) -> str:
     meta = secret["metadata"]
     return f"{meta['namespace']}/{meta['name']}"
@@ -118,18 +144,24 @@ async def hold(kube: Kube, holder: Holder, secrets: Sequence[Mapping[str, Any]])
     """Hold exactly `secrets` (as just read) for `holder`: record them, add the holder's finalizer to each,
     then let go of the Secrets it held before and no longer uses. Idempotent; no API call when nothing
     changes."""
-    recorded = held(holder.metadata)
+    recorded, granted = held(holder.metadata), held_grants(holder.metadata)
     wanted = list(dict.fromkeys(key_of(secret) for secret in secrets))
     listed = held_after(recorded, wanted)
-    if listed != recorded:
-        await _record(kube, holder, listed)
+    grants = held_after(granted, namespaces_of(wanted))
+    if listed != recorded or grants != granted:
+        await _record(kube, holder, listed, grants)
+    # The right to read and let go of a namespace's Secrets, held before the first of them.
+    for namespace in grants:
+        if namespace not in granted:
+            await _batches_of(kube).change(grant_of(kube, namespace), ADD, holder.finalizer, ROLEBINDINGS)
     for secret in secrets:
         if needs_finalizer(secret, holder.finalizer):
             await _batches_of(kube).change(key_of(secret), ADD, holder.finalizer)
     stale = [key for key in listed if key not in wanted]
-    if stale:
-        await _let_go_of(kube, holder, stale)
-        await _record(kube, holder, wanted)
+    stale_grants = [namespace for namespace in grants if namespace not in namespaces_of(wanted)]
+    if stale or stale_grants:
+        await _let_go_of(kube, holder, stale, stale_grants)
+        await _record(kube, holder, wanted, namespaces_of(wanted))
 
 
 async def ever_held(kube: Kube, holder: Holder) -> bool:
@@ -158,8 +190,13 @@ async def let_go(kube: Kube, holder: Holder) -> None:
     if current is not None and LET_GO_ANNOTATION not in (current["metadata"].get("annotations") or {}):
         patch = {"metadata": {"annotations": {LET_GO_ANNOTATION: "true"}}}
         await kube.patch(holder.resource, str(meta["name"]), patch, holder.namespace)
-    recorded = held(current["metadata"] if current is not None else meta)
-    await _let_go_of(kube, holder, held_after(held(meta), recorded))
+    latest = current["metadata"] if current is not None else meta
+    await _let_go_of(
+        kube,
+        holder,
+        held_after(held(meta), held(latest)),
+        held_after(held_grants(meta), held_grants(latest)),
+    )
 
 
 async def _already_let_go(kube: Kube, holder: Holder) -> bool:
@@ -171,9 +208,13 @@ async def _already_let_go(kube: Kube, holder: Holder) -> bool:
     return LET_GO_ANNOTATION in ((current or {"metadata": meta})["metadata"].get("annotations") or {})
 
 
-async def _let_go_of(kube: Kube, holder: Holder, keys: Sequence[str]) -> None:
+async def _let_go_of(kube: Kube, holder: Holder, keys: Sequence[str], grants: Sequence[str] = ()) -> None:
+    """Take the holder's finalizer off the Secrets `keys`, then off the RoleBindings that let it do so."""
+    batches = _batches_of(kube)
     for key in keys:
-        await _batches_of(kube).change(key, REMOVE, holder.finalizer)
+        await batches.change(key, REMOVE, holder.finalizer)
+    for namespace in grants:
+        await batches.change(grant_of(kube, namespace), REMOVE, holder.finalizer, ROLEBINDINGS)
 
 
 ADD = "finalizers"
@@ -190,7 +231,7 @@ class Batches:
 
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
-        self._changes: dict[tuple[str, str], Batch[str, None]] = {}
+        self._changes: dict[tuple[Resource, str, str], Batch[str, None]] = {}
         self._reads: dict[str, asyncio.Future[Obj | None]] = {}
 
     async def read(self, namespace: str, name: str) -> Obj | None:
@@ -212,17 +253,20 @@ class Batches:
         if not flight.cancelled():
             flight.exception()  # retrieved: every caller may have left before it failed
 
-    async def change(self, key: str, direction: str, finalizer: str) -> None:
-        """Add (`ADD`) or remove (`REMOVE`) `finalizer` on the Secret `key`, with the changes others ask
-        for meanwhile; raises what the patch that carried it raised."""
-        batch = self._changes.get((key, direction))
+    async def change(
+        self, key: str, direction: str, finalizer: str, resource: Resource = resources.SECRETS
+    ) -> None:
+        """Add (`ADD`) or remove (`REMOVE`) `finalizer` on the Secret (or `resource`) `key`, with the
+        changes others ask for meanwhile; raises what the patch that carried it raised."""
+        batch = self._changes.get((resource, key, direction))
         if batch is None:
-            write = functools.partial(self._write, key, direction)
-            batch = self._changes[(key, direction)] = Batch(write, FINALIZERS_PER_PATCH)
+            write = functools.partial(self._write, resource, key, direction)
+            batch = self._changes[(resource, key, direction)] = Batch(write, FINALIZERS_PER_PATCH)
         await batch.get(finalizer)
 
-    async def _write(self, key: str, direction: str, finalizers: list[str]) -> list[None]:
-        await _change_finalizers(self.kube, key, {direction: list(dict.fromkeys(finalizers))})
+    async def _write(self, resource: Resource, key: str, direction: str, finalizers: list[str]) -> list[None]:
+        change = {direction: list(dict.fromkeys(finalizers))}
+        await _change_finalizers(self.kube, resource, key, change)
         return [None for _ in finalizers]
 
 
@@ -238,14 +282,17 @@ def _batches_of(kube: Kube) -> Batches:
     return found
 
 
-async def _change_finalizers(kube: Kube, key: str, change: dict[str, Any]) -> None:
+async def _change_finalizers(kube: Kube, resource: Resource, key: str, change: dict[str, Any]) -> None:
     namespace, name = key.split("/")
-    # Invalid: deleted between our read and this write; it cannot be held any more.
+    # Invalid: being deleted since our read (no finalizer may be added then); it cannot be held any more.
+    # A missing object (a RoleBinding under the cluster-wide opt-in) is answered None: nothing to hold.
     with contextlib.suppress(Invalid):
-        await kube.patch(resources.SECRETS, name, {"metadata": change}, namespace, strategic=True)
+        await kube.patch(resource, name, {"metadata": change}, namespace, strategic=True)
 
 
-async def _record(kube: Kube, holder: Holder, keys: Sequence[str]) -> None:
+async def _record(kube: Kube, holder: Holder, keys: Sequence[str], grants: Sequence[str]) -> None:
     meta = holder.metadata
-    patch = {"metadata": {"annotations": {HELD_ANNOTATION: ",".join(keys) or None}}}
-    await kube.patch(holder.resource, str(meta["name"]), patch, holder.namespace)
+    annotations = {HELD_ANNOTATION: ",".join(keys) or None, GRANTS_ANNOTATION: ",".join(grants) or None}
+    await kube.patch(
+        holder.resource, str(meta["name"]), {"metadata": {"annotations": annotations}}, holder.namespace
+    )

@@ -16,13 +16,13 @@ SHARED = Group(
             "APIRefused",
             "the operator's log only (the handler's retry message)",
             """The Kubernetes API server answered 401 or 403 to a request the operator made: its service
-            account may not do what the reconcile needs (a ClusterRole not applied or not upgraded, or in
-            namespaced mode a namespace without `deploy/tenant`). Retried slowly (60 s, doubling to 10
+            account may not do what the reconcile needs (a ClusterRole not applied or not upgraded, or a
+            namespace that has not applied `deploy/tenant`). Retried slowly (60 s, doubling to 10
             minutes).""",
             """Find the verb and resource in the log line, then check the operator's RBAC: `kubectl auth can-i
             <verb> <resource> --as=system:serviceaccount:capfleet-system:capfleet-<operator>-manager -n
-            <namespace>`. Re-apply the release's RBAC (`clusterctl upgrade`, or the overlay); in namespaced
-            mode `kubectl apply -k deploy/tenant -n <namespace>`.""",
+            <namespace>`. Re-apply the release's RBAC (`clusterctl upgrade`, or the overlay); for Secrets,
+            `kubectl apply -k deploy/tenant -n <namespace>`.""",
         ),
         Reason(
             "AuthenticationFailed",
@@ -156,10 +156,10 @@ SHARED = Group(
         Reason(
             "SecretForbidden",
             "the condition of the step that reads the Secret, with `Ready=False` and a Warning Event",
-            """Namespaced mode: the operator may read Secrets only in namespaces where `deploy/tenant` bound
-            its secrets ClusterRole, and this Secret is in another one. Retried like a missing Secret.""",
+            """The operator may read Secrets only in namespaces that opted in (where `deploy/tenant` bound its
+            secrets ClusterRole), and this Secret is in another one. Retried like a missing Secret.""",
             """`kubectl apply -k deploy/tenant -n <namespace>` for the namespace of the Secret (for a
-            Hypervisor, the namespace of its SSH Secrets).""",
+            Hypervisor, the namespace of its SSH Secrets; from a release, its `tenant-rbac.yaml`).""",
         ),
         Reason(
             "SecretInvalid",

@@ -28,7 +28,7 @@ OVERLAYS = (
     "baremetal-provision",
     "capi-machine-glue",
     "all-in-one",
-    "namespaced",
+    "cluster-wide",
 )
 FIELD_MANAGER = "capfleet-deploy-tests"
 NAMESPACE = "capfleet-system"

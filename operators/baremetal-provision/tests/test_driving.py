@@ -22,6 +22,7 @@ from capfleet.kube import Kube
 from capfleet.resources import Resource
 
 HOLD = "ns.baremetalinstance.holds.capfleet.dev/bm"
+GRANT = "capfleet-baremetal-provision-secrets"
 
 
 class FakeKube:
@@ -178,7 +179,8 @@ async def test_a_new_instance_is_powered_off_then_network_booted_once() -> None:
     assert condition(kube, "Ready")["reason"] == "NetworkBooting"
     # The credentials Secret is held (recorded first) until the instance's deletion is done.
     assert kube.annotations[secretholds.HELD_ANNOTATION] == "ns/bm-bmc"
-    assert kube.finalizers == {"bm-bmc": {HOLD}}
+    # Its Secret held, and the namespace's deploy/tenant RoleBinding that lets it read and let go of it.
+    assert kube.finalizers == {"bm-bmc": {HOLD}, GRANT: {HOLD}}
 
 
 async def test_a_new_instance_gets_its_token_and_the_boot_server_knows_it_before_the_power_on() -> None:
@@ -386,9 +388,10 @@ async def test_deletion_after_cleaning_powers_off_and_boots_from_disk() -> None:
     marks = {markers.CALLED_BACK: ago(600), markers.CLEANING_BOOTED: ago(60), markers.CLEANED: ago(1)}
     kube.finalizers["bm-bmc"] = {HOLD, "other.netboxdevice.holds.capfleet.dev/x"}
     held = {secretholds.HELD_ANNOTATION: "ns/bm-bmc"}
-    await provisioning.deprovision(ctx, body({**marks, **held}, cleaning="metadata"))
-    assert kube.finalizers == {"bm-bmc": {"other.netboxdevice.holds.capfleet.dev/x"}}, (
-        "only its own hold goes"
+    kube.instance = body({**marks, **held}, cleaning="metadata")
+    await provisioning.deprovision(ctx, kube.instance)
+    assert kube.finalizers == {"bm-bmc": {"other.netboxdevice.holds.capfleet.dev/x"}, GRANT: set()}, (
+        "only its own hold goes, from the Secret and the RoleBinding"
     )
     assert server.calls == ["shut_down", "boot_disk_persistent", "close"]
     assert last(kube, "phase") == "Deprovisioning"

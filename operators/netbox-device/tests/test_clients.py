@@ -40,6 +40,8 @@ def test_the_key_follows_the_connection_not_the_secrets_other_changes() -> None:
 class SecretsKube:
     """A Secret whose resourceVersion moves on with each finalizer a holder adds, as the API server does."""
 
+    field_manager = "capfleet-netbox-device"
+
     def __init__(self) -> None:
         self.version = 1
         self.finalizers: list[str] = []

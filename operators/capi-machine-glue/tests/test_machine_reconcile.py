@@ -16,9 +16,9 @@ from capfleet import errors, events, ownership, pausing, resources
 from capfleet.api import kinds
 from capfleet.api.baremetal import BaremetalInstanceSpec
 from capfleet.api.libvirt import LibvirtVMSpec
+from capfleet.controller.caches import WatchCache
 from capfleet.resources import Resource
 from capi_machine_glue import deletions, handlers, inheritance, loops, machines, summaries
-from capi_machine_glue.cache import WatchCache
 from capi_machine_glue.contexts import Context
 from capi_machine_glue.settings import GlueSettings
 from capi_machine_glue.wakeups import HYBRID_MACHINE, Key, Wakeups

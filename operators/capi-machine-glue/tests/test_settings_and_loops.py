@@ -13,8 +13,8 @@ import kopf
 import pytest
 
 from capfleet import errors, events, kube, reconciling, runtime
+from capfleet.controller.caches import CachedReads, Reads, WatchCache
 from capi_machine_glue import handlers, loops
-from capi_machine_glue.cache import CachedReads, Reads, WatchCache
 from capi_machine_glue.contexts import CACHE_KEY, WAKEUPS_KEY, Context
 from capi_machine_glue.deletions import ChildrenRemaining
 from capi_machine_glue.settings import GlueSettings
@@ -62,19 +62,6 @@ def test_deletion_polls_at_the_setting_then_backs_off() -> None:
     remaining = ChildrenRemaining("waiting", poll_seconds=0.5)
     assert [remaining.delay(retry) for retry in range(6)] == [0.5, 1.0, 2.0, 4.0, 8.0, 10.0]
     assert 0.5 <= (errors.to_kopf(remaining, 1).delay or 0) <= 1.0  # type: ignore[union-attr]
-
-
-def test_a_failed_reconcile_is_retried_by_its_errors_policy() -> None:
-    waiting = errors.Waiting("later")
-    assert loops.as_capfleet_error(waiting, KEY) == (waiting, "retry")
-    invalid = errors.InvalidSpec("never")
-    assert loops.as_capfleet_error(invalid, KEY) == (invalid, "permanent")
-    api, result = loops.as_capfleet_error(kube.KubeError(500, "InternalError", "etcd"), KEY)
-    assert result == "error"
-    assert isinstance(api, errors.BackendUnavailable)
-    bug, result = loops.as_capfleet_error(KeyError("x"), KEY)
-    assert result == "error"
-    assert bug.delay(0) == errors.BackendUnavailable("x").delay(0)
 
 
 class Stop:

@@ -16,8 +16,8 @@ from capfleet.api import kinds
 from capfleet.api.capi import IPAddress
 from capfleet.api.hybrid_clusters import APIEndpoint, HybridCluster, HybridClusterSpec
 from capfleet.conditions import Update
+from capfleet.controller.caches import Reads
 from capi_machine_glue import gates, inheritance, names, specs, summaries
-from capi_machine_glue.cache import Reads
 from capi_machine_glue.contexts import ADDRESSES, CLAIMS, CLUSTERS, HYBRID_CLUSTERS, Context
 from capi_machine_glue.deletions import ChildrenRemaining
 from capi_machine_glue.machines import capi_cluster

@@ -16,7 +16,7 @@ from typing import Any
 from capfleet import conditions, errors, reconciling, resources
 from capfleet.api import kinds
 from capfleet.api.base import Condition
-from capi_machine_glue.cache import WatchCache
+from capfleet.controller.caches import WatchCache
 from capi_machine_glue.settings import GlueSettings
 from capi_machine_glue.wakeups import Wakeups
 

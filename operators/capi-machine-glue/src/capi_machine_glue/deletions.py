@@ -11,8 +11,8 @@ from typing import Any
 from capfleet import errors, kube, ownership, pausing, reconciling
 from capfleet.api import kinds
 from capfleet.conditions import Update
+from capfleet.controller.caches import Reads
 from capfleet.resources import Resource
-from capi_machine_glue.cache import Reads
 from capi_machine_glue.contexts import (
     CLAIMS,
     HYBRID_MACHINES,

@@ -18,8 +18,8 @@ import kopf
 
 from capfleet import ownership, reconciling, runtime
 from capfleet.api import capi
+from capfleet.controller.caches import Reads, WatchCache
 from capi_machine_glue import clusters, deletions, loops, machines
-from capi_machine_glue.cache import Reads, WatchCache
 from capi_machine_glue.contexts import (
     ADDRESSES,
     CACHE_KEY,

@@ -17,34 +17,16 @@ or goes, instead of at kopf's next retry.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Awaitable, Callable
 
 import capfleet.patience
-from capfleet import errors, kube, metrics
+from capfleet import errors, metrics
+from capfleet.controller import engine
+from capfleet.controller.caches import Reads
 from capfleet.patience import StopFlag
-from capi_machine_glue.cache import Reads
 from capi_machine_glue.contexts import Context
 from capi_machine_glue.wakeups import Key, settle, sleep_until_woken
-
-log = logging.getLogger(__name__)
-
-
-def as_capfleet_error(exc: Exception, key: Key) -> tuple[errors.CapfleetError, str]:
-    """The capfleet error whose retry policy applies to a failed reconcile, and the result to record.
-
-    An API error or an unexpected failure is retried as an unavailable backend is: soon, then backing off.
-    """
-    where = f"{key.kind} {key.namespace}/{key.name}"
-    if isinstance(exc, errors.CapfleetError):
-        log.info("%s: %s: %s", where, exc.reason, exc.message)
-        return exc, "permanent" if exc.retry_base is None else "retry"
-    if isinstance(exc, kube.KubeError):
-        log.warning("%s: API error: %s", where, exc)
-    else:
-        log.error("%s: reconcile failed", where, exc_info=exc)
-    return errors.BackendUnavailable(str(exc)), "error"
 
 
 class TimedWait(errors.Waiting):
@@ -67,7 +49,7 @@ async def run(
             try:
                 await reconcile(ctx.cache.reader(ctx.kube) if from_cache else ctx.kube)
             except Exception as exc:  # every failure is retried: the loop must outlive it
-                error, result = as_capfleet_error(exc, key)
+                error, result = engine.as_capfleet_error(exc, key.kind, engine.Key(key.namespace, key.name))
                 timed = isinstance(error, TimedWait)
                 backoff = error.delay(retry)
                 if backoff is None:

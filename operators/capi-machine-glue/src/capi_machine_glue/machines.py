@@ -28,9 +28,9 @@ from capfleet.api.hybrid_machines import HybridMachine, HybridMachineSpec
 from capfleet.api.libvirt import LibvirtVMStatus
 from capfleet.api.netbox import NetboxDeviceStatus
 from capfleet.conditions import Update
+from capfleet.controller.caches import Reads
 from capfleet.resources import Resource
 from capi_machine_glue import gates, inheritance, loops, names, specs, summaries
-from capi_machine_glue.cache import Reads
 from capi_machine_glue.contexts import (
     ADDRESSES,
     CLAIMS,

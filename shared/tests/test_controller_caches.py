@@ -1,5 +1,5 @@
 """The watch cache: events keep the newest object, a deletion forgets it, "not found" is kept only for the
-glue's own children and never over an event that came while the GET was under way."""
+kinds a controller creates and never over an event that came while the GET was under way."""
 
 from __future__ import annotations
 
@@ -11,8 +11,11 @@ from typing import Any
 
 from capfleet import resources
 from capfleet.api import kinds
-from capi_machine_glue.cache import WatchCache
-from capi_machine_glue.contexts import CHILDREN, LIBVIRT_VMS, MACHINES
+from capfleet.controller.caches import WatchCache
+
+LIBVIRT_VMS = kinds.LIBVIRT_VM.resource
+MACHINES = resources.CAPI_MACHINES
+CHILDREN = (resources.IP_ADDRESS_CLAIMS, LIBVIRT_VMS, kinds.BAREMETAL_INSTANCE.resource)
 
 Obj = dict[str, Any]
 

@@ -1,31 +1,30 @@
-"""The glue's copy of what it watches, kept from its own watch events, so a reconcile reads without GETs.
+"""What a controller watches, kept from its own watch events, so a reconcile reads without GETs.
 
-A HybridMachine's reconcile reads about ten objects: itself, its Machine, Cluster and HybridCluster, its
-children and their IPAddresses. The glue watches all of them anyway (their changes wake the loops), and
-each event also lands here: the newest object, or that it is gone. Reading here instead of the API server
-took the glue from hundreds of GETs per machine (one per object per reconcile) to a few.
+A reconcile reads its object and what it depends on: capi-machine-glue's HybridMachine reads its Machine,
+Cluster and HybridCluster, its children and their IPAddresses, about ten objects. The controller watches
+them anyway (their changes enqueue it), and each event also lands here: the newest object, or that it is
+gone. Reading here instead of the API server costs a few GETs per object instead of one per object read
+per reconcile.
 
 - A reconcile woken by an event reads here; what no event has shown yet it GETs from the API server.
-- An object found that way is not kept: only events keep an entry current, and an object outside this
-  operator's watches (another shard's, or an IPAddress its provider does not label) must be read afresh.
-- "Not found" is kept for the kinds the glue creates (`REMEMBER_ABSENCE`): a child it has yet to create
-  is then not asked for on every reconcile. Its creation brings an event that replaces the entry; an
-  event that arrived while the GET was under way wins over the GET's answer.
-- A child the glue has just created is kept as its creation answered, unless an event came first: a
-  reconcile woken before the child's ADDED event then does not create it again.
+- An object found that way is not kept: only events keep an entry current, and an object outside the
+  controller's watches (another shard's, or an IPAddress its provider does not label) must be read afresh.
+- "Not found" is kept for the kinds the controller creates (`remember_absence`): a child it has yet to
+  create is then not asked for on every reconcile. Its creation brings an event that replaces the entry;
+  an event that arrived while the GET was under way wins over the GET's answer.
+- A child the controller has just created is kept as its creation answered, unless an event came first:
+  a reconcile woken before the child's ADDED event then does not create it again.
 - Each object is kept as its compact JSON text (`packed`), a fifth of the memory of its parsed dicts, and
   parsed again when read.
-- The answer to the glue's own write of an object it watches (its status, its provider ID) is kept, and
-  events older than it are passed over until one at least as new comes (as client-go's MutationCache
+- The answer to the controller's own write of an object it watches (its status, a provider ID) is kept,
+  and events older than it are passed over until one at least as new comes (as client-go's MutationCache
   does, comparing resourceVersions as numbers): otherwise a reconcile woken while the watch lags behind
-  those writes reads the object from before them and writes them again (at N = 500 in `make bench-fleet`,
-  16.4 status patches per machine in one run against 9.5 in another, and about 180 machines whose
-  provider ID was patched 7 to 12 times).
+  those writes reads the object from before them and writes them again.
 - A reconcile woken by the resync timer or a retry reads from the API server: the net for what a watch
   can miss, such as an object deleted while the watch was re-listing.
 
-Reads may lag the API server by an event. That is safe here: the glue's writes are idempotent (create or
-get, merge patches of what differs), and the event that brings the newer object wakes the loop again.
+Reads may lag the API server by an event. That is safe: writes are idempotent (create or get, merge
+patches of what differs), and the event that brings the newer object enqueues the reconcile again.
 """
 
 from __future__ import annotations
@@ -77,8 +76,8 @@ def resource_version(body: Obj) -> int | None:
 
 def packed(body: Obj) -> str:
     """The object as kept: its compact JSON text, without `managedFields`. Parsed into dicts, an object
-    takes four to five times the memory of its text (a CAPI Machine: 21.7 against 4.8 KB), and at
-    N = 500 the glue keeps about six objects per machine; a read parses the text again (a fresh copy)."""
+    takes four to five times the memory of its text, and a controller keeps several objects per object it
+    reconciles; a read parses the text again (a fresh copy)."""
     return json.dumps(without_managed_fields(body), separators=(",", ":"))
 
 
@@ -96,12 +95,12 @@ class WatchCache:
     _last_event: dict[EntryKey, int] = field(default_factory=dict)
     _deletions: dict[EntryKey, int] = field(default_factory=dict)
     _gets_under_way: int = 0
-    # The resourceVersion of each kept answer to the glue's own write, until an event catches up with it.
+    # The resourceVersion of each kept answer to the controller's own write, until an event catches up.
     _written: dict[EntryKey, int] = field(default_factory=dict)
 
     def seen(self, resource: Kind, body: Obj, *, deleted: bool = False) -> None:
         """What a watch event says about `body`: its newest state, or (`deleted`) that it is gone; an
-        event older than the glue's own last write of the object is passed over."""
+        event older than the controller's own last write of the object is passed over."""
         meta = body["metadata"]
         key = entry_key(resource, meta.get("namespace"), meta["name"])
         self._events += 1
@@ -122,7 +121,7 @@ class WatchCache:
         self._entries[key] = packed(body)
 
     def written(self, resource: Kind, body: Obj) -> None:
-        """The answer to the glue's own write of `body`: kept, if events keep the object here, until an
+        """The answer to the controller's own write of `body`: kept, if events keep the object here, until an
         event at least as new arrives."""
         meta = body["metadata"]
         key = entry_key(resource, meta.get("namespace"), meta["name"])
@@ -133,9 +132,8 @@ class WatchCache:
         self._entries[key] = packed(body)
 
     def created(self, resource: Kind, body: Obj) -> None:
-        """An object the glue just created: kept unless an event already showed it, so a
-        reconcile woken before its ADDED event does not create it again (at N = 500 in `make
-        bench-fleet`, 0.74 refused creations of BaremetalInstances per machine, each followed by a GET)."""
+        """An object the controller just created: kept unless an event already showed it, so a
+        reconcile woken before its ADDED event does not create it again."""
         meta = body["metadata"]
         key = entry_key(resource, meta.get("namespace"), meta["name"])
         if self._entries.get(key) is None:

@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from baremetal_provision.markers import BOOT_REQUESTER  # type: ignore[import-untyped]
 from capfleet import resources
 from capfleet.api import kinds
 from capfleet.kube import Kube
@@ -307,7 +308,11 @@ async def one_address_per_claim(site: HybridSite) -> bool:
 
 
 async def test_a_hybrid_cluster_provisions_with_the_fleet_as_pods_through_one_operators_upgrade_and_downgrade(
-    pod_site: tuple[HybridSite, PodFleet], mgmt: ManagementCluster, capfleet_release: Release, tmp_path: Path
+    pod_site: tuple[HybridSite, PodFleet],
+    mgmt: ManagementCluster,
+    capfleet_release: Release,
+    pxe_lab: PxeLab,
+    tmp_path: Path,
 ) -> None:
     site, _ = pod_site
     kubectl = mgmt.kubectl
@@ -336,6 +341,9 @@ async def test_a_hybrid_cluster_provisions_with_the_fleet_as_pods_through_one_op
 
     await site.bring_up(server_seconds=SERVER_BOOT_SECONDS)
     assert await one_address_per_claim(site)
+    # Through the boot Service (LoadBalancer, externalTrafficPolicy Local) each server's attempt was bound
+    # to the server's own address: kube-proxy did not rewrite the sources to the node's.
+    assert await boot_requesters(site) == {s.mac.lower(): pxe_lab.address_of(s) for s in site.servers}
 
     # Downgrade: the operator's own overlay, back at the first release's tag, applied with kubectl.
     began = time.monotonic()
@@ -360,6 +368,15 @@ async def test_a_hybrid_cluster_provisions_with_the_fleet_as_pods_through_one_op
     devices = [d for d in site.netbox.client.list_all("dcim/devices/") if d["name"] in ours]
     assert [d["name"] for d in devices if (d.get("custom_fields") or {}).get("capfleet_owner")] == []
     assert others(pod_states(kubectl)) == others(before), "no other operator's pod restarted"
+
+
+async def boot_requesters(site: HybridSite) -> dict[str, str | None]:
+    """Boot MAC → the address its BaremetalInstance's attempt is bound to."""
+    instances = await site.kube.list(kinds.BAREMETAL_INSTANCE.resource, site.namespace)
+    return {
+        i["spec"]["bootMACAddress"].lower(): (i["metadata"].get("annotations") or {}).get(BOOT_REQUESTER)
+        for i in instances
+    }
 
 
 async def vm_and_claim(site: HybridSite) -> bool:

@@ -376,6 +376,26 @@ class ManagementNode:
         wait_for(f"the relay to port {port} in the node", lambda: relay_listening(ns), 20, [ns])
         return self.gateway
 
+    def join_network(self, netns: str, bridge: str, address: str) -> str:
+        """Plug the node into another test namespace's bridge with a veth pair and give it `address`
+        (`a.b.c.d/len`) there, as a node on the provisioning network with a load balancer's address (MetalLB
+        in L2 mode answers for it from the node): hosts on that bridge then reach the node's Services
+        directly, with their own source addresses. Returns the node's end, removed with `leave_network`."""
+        suffix = secrets.token_hex(3)
+        ours, theirs = f"lb{suffix}", f"lbp{suffix}"
+        _run(["ip", "link", "add", ours, "type", "veth", "peer", "name", theirs])
+        _run(["ip", "link", "set", ours, "netns", self.netns])
+        _run(["ip", "link", "set", theirs, "netns", netns])
+        _run(["ip", "-n", netns, "link", "set", theirs, "master", bridge, "up"])
+        _run(["ip", "-n", self.netns, "addr", "add", address, "dev", ours])
+        _run(["ip", "-n", self.netns, "link", "set", ours, "up"])
+        return ours
+
+    def leave_network(self, link: str) -> None:
+        """Remove the node's end of a `join_network` pair (which removes the other end too)."""
+        with contextlib.suppress(RuntimeError):
+            _run(["ip", "-n", self.netns, "link", "delete", link])
+
     def _relay_api(self) -> None:
         """The API server at port `cp.port` on every address of the namespace (loopback and the bridge)."""
         self.reach_host(self.cp.port, listen="0.0.0.0")

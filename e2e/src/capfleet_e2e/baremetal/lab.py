@@ -92,6 +92,11 @@ class PxeLab:
         """Server `index`'s DHCP address: .100 + index % 100, inside dnsmasq's range (.100-.200)."""
         return str(self.network.network.network_address + 100 + index % 100)
 
+    def address_of(self, server: BareMetalServer) -> str:
+        """The address dnsmasq gives `server` (its reservation)."""
+        entry = self.dnsmasq.hosts_dir / server.mac.replace(":", "-")
+        return entry.read_text().strip().split(",")[-1]
+
     def remove_servers(self, servers: list[BareMetalServer]) -> None:
         conn = self.daemon.connect()
         try:

@@ -3,6 +3,7 @@ its own writes passed over, children enqueueing their owners, timers reading fro
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from collections.abc import Mapping
 from typing import Any
@@ -11,7 +12,17 @@ import pytest
 
 from capfleet import errors, kube, resources
 from capfleet.controller.caches import Reads
-from capfleet.controller.engine import DONE, Controller, Engine, Key, Result, Watch, as_capfleet_error, owners
+from capfleet.controller.engine import (
+    DONE,
+    Controller,
+    Engine,
+    Key,
+    Result,
+    TimedWait,
+    Watch,
+    as_capfleet_error,
+    owners,
+)
 
 THINGS = resources.Resource("example.capfleet.dev", "v1", "things", "Thing")
 PARTS = resources.Resource("example.capfleet.dev", "v1", "parts", "Part")
@@ -153,10 +164,11 @@ async def test_the_event_of_its_own_write_does_not_enqueue_but_any_other_change_
 async def test_a_lagging_event_older_than_its_own_write_still_enqueues() -> None:
     api, calls = Api(), Calls()
     engine = engine_of(calls)
-    older = api.put(THINGS, "a")
+    engine.seen(THINGS, "ADDED", api.put(THINGS, "a"))
+    assert engine.queue.schedule.take() == KEY
+    engine.queue.done(KEY)
     changed_by_someone = await api.patch(THINGS, "a", {"metadata": {"labels": {"x": "y"}}})
-    engine.wrote(THINGS, await api.patch(THINGS, "a", {"metadata": {"labels": {"z": "w"}}}))
-    engine.seen(THINGS, "MODIFIED", older)
+    engine.cache.written(THINGS, await api.patch(THINGS, "a", {"metadata": {"labels": {"z": "w"}}}))
     engine.seen(THINGS, "MODIFIED", changed_by_someone)
     assert engine.queue.schedule.take() == KEY
 
@@ -199,3 +211,62 @@ def test_a_failed_reconcile_is_retried_by_its_errors_policy() -> None:
     bug, result = as_capfleet_error(KeyError("x"), "Thing", KEY)
     assert result == "error"
     assert bug.delay(0) == errors.BackendUnavailable("x").delay(0)
+
+
+def test_a_groups_event_enqueues_each_member_and_only_them() -> None:
+    calls = Calls()
+    group_of = lambda obj: (obj["metadata"].get("labels") or {}).get("cluster")  # noqa: E731
+    engine = engine_of(
+        calls, group=group_of, watches=[Watch(PARTS, groups=lambda obj: [obj["metadata"]["name"]])]
+    )
+    for name, cluster in [("a", "c1"), ("b", "c1"), ("c", "c2")]:
+        engine.seen(
+            THINGS, "ADDED", {"metadata": {"name": name, "namespace": "ns", "labels": {"cluster": cluster}}}
+        )
+    drain = [engine.queue.schedule.take() for _ in range(3)]
+    for key in drain:
+        assert key is not None
+        engine.queue.done(key)
+    engine.seen(PARTS, "MODIFIED", {"metadata": {"name": "c1", "namespace": "ns"}})
+    assert {engine.queue.schedule.take(), engine.queue.schedule.take()} == {Key("ns", "a"), Key("ns", "b")}
+    assert engine.queue.schedule.take() is None
+    engine.seen(PARTS, "MODIFIED", {"metadata": {"name": "c1", "namespace": "other"}})
+    assert len(engine.queue.schedule) == 0, "groups are per namespace"
+
+
+async def test_an_object_not_served_is_neither_enqueued_nor_reconciled() -> None:
+    api, calls = Api(), Calls()
+    engine = engine_of(calls, serves=lambda obj: "mine" in (obj["metadata"].get("labels") or {}))
+    engine.seen(THINGS, "ADDED", api.put(THINGS, "a"))
+    assert len(engine.queue.schedule) == 0
+    await process(engine, api)
+    assert calls.reconciled == []
+
+
+async def test_a_timed_wait_comes_back_unjittered_and_reads_the_cache() -> None:
+    api, calls = Api(), Calls()
+    engine = engine_of(calls)
+    body = api.put(THINGS, "a", finalizers=[FINALIZER])
+    engine.cache.seen(THINGS, body)
+    calls.fail_with = TimedWait("a grace", reason="AwaitingReport")
+    await process(engine, api)
+    assert KEY in engine._evented, "the retry reads the watch cache"
+    first = due(engine)
+    assert first is not None
+    assert first - asyncio.get_running_loop().time() == pytest.approx(TimedWait("x").delay(0), abs=0.05)
+    engine.queue.forget(KEY)
+    await process(engine, api)
+    assert api.gets == ["a"], "only the first, timed, read went to the API server"
+
+
+async def test_events_wait_the_settle_time_and_a_burst_is_one_key() -> None:
+    calls = Calls()
+    engine = engine_of(calls, settle_seconds=0.5)
+    for version in range(5):
+        engine.seen(
+            THINGS,
+            "MODIFIED",
+            {"metadata": {"name": "a", "namespace": "ns", "resourceVersion": str(version)}},
+        )
+    assert engine.queue.schedule.take() is None, "not before the settle time"
+    assert len(engine.queue.schedule) == 1

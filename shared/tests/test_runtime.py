@@ -38,6 +38,14 @@ def test_settings_carry_the_operators_own_marks() -> None:
     assert isinstance(settings.persistence.progress_storage, kopf.AnnotationsProgressStorage)
 
 
+def test_on_the_engine_kopf_leaves_the_operators_finalizer_to_the_engine() -> None:
+    settings = kopf.OperatorSettings()
+    identity = runtime.Identity("capi-machine-glue", on_engine=True)
+    runtime.configure(settings, identity, runtime.Options(standalone=True))
+    assert identity.finalizer == "capi-machine-glue.capfleet.dev/finalizer", "objects keep the one they have"
+    assert settings.persistence.finalizer != identity.finalizer
+
+
 def claim(**meta: object) -> kopf.Body:
     raw = {"apiVersion": "v1", "kind": "Thing", "metadata": {"name": "t", **meta}, "spec": {"a": 1}}
     return kopf.Body(raw)  # type: ignore[arg-type]

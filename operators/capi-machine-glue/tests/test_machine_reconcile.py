@@ -7,6 +7,7 @@ The integration suites run the same flows on a real control plane; these pin the
 from __future__ import annotations
 
 import copy
+import dataclasses
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,12 +17,12 @@ from capfleet import errors, events, ownership, pausing, resources
 from capfleet.api import kinds
 from capfleet.api.baremetal import BaremetalInstanceSpec
 from capfleet.api.libvirt import LibvirtVMSpec
+from capfleet.controller import engine
 from capfleet.controller.caches import WatchCache
 from capfleet.resources import Resource
-from capi_machine_glue import deletions, handlers, inheritance, loops, machines, summaries
+from capi_machine_glue import deletions, inheritance, machines, summaries
 from capi_machine_glue.contexts import Context
 from capi_machine_glue.settings import GlueSettings
-from capi_machine_glue.wakeups import HYBRID_MACHINE, Key, Wakeups
 
 NS = "ns"
 POOL = {"apiGroup": "ipam.capfleet.dev", "kind": "HybridIPPool", "name": "v4"}
@@ -163,16 +164,24 @@ def machine(api: FakeKube, name: str, spec: Obj) -> None:
 
 def context(api: FakeKube) -> Context:
     settings = GlueSettings(deletion_poll_seconds=0.5)
-    return Context(api, events.Recorder(api), settings, Wakeups(), WatchCache())  # type: ignore[arg-type]
+    return Context(api, events.Recorder(api), settings, WatchCache(), reads=api)  # type: ignore[arg-type]
+
+
+async def reconcile(ctx: Context, name: str) -> None:
+    """One reconcile of the machine as the API server has it (the engine reconciles no machine being
+    deleted: it finalizes it)."""
+    body = await ctx.kube.get(kinds.HYBRID_MACHINE.resource, name, NS)
+    if body is not None and not body["metadata"].get("deletionTimestamp"):
+        await machines.reconcile(ctx, body)
 
 
 async def vm_made(api: FakeKube, name: str) -> tuple[Context, Obj]:
     """A VM machine reconciled until its address is bound and its LibvirtVM made (as the API holds it)."""
     machine(api, name, VM)
     ctx = context(api)
-    await machines.reconcile(ctx, NS, name, api)
+    await reconcile(ctx, name)
     api.bind_claims()
-    await machines.reconcile(ctx, NS, name, api)
+    await reconcile(ctx, name)
     return ctx, api.obj(kinds.LIBVIRT_VM.resource, name)
 
 
@@ -184,12 +193,12 @@ def conditions(api: FakeKube, name: str) -> dict[str, str]:
 async def test_a_vm_machine_gets_its_address_then_a_typed_vm_and_follows_it(api: FakeKube) -> None:
     machine(api, "cp-0", VM)
     ctx = context(api)
-    await machines.reconcile(ctx, NS, "cp-0", api)
+    await reconcile(ctx, "cp-0")
     assert api.created == ["IPAddressClaim/cp-0-eth0-0"]
     assert conditions(api, "cp-0")["AddressesAllocated"] == "Pending"
 
     api.bind_claims()
-    await machines.reconcile(ctx, NS, "cp-0", api)
+    await reconcile(ctx, "cp-0")
     vm = LibvirtVMSpec.model_validate(api.obj(kinds.LIBVIRT_VM.resource, "cp-0")["spec"])
     assert [(nic.name, nic.addresses, nic.gateway) for nic in vm.interfaces] == [
         ("eth0", ["10.0.0.7/24"], "10.0.0.1")
@@ -199,7 +208,7 @@ async def test_a_vm_machine_gets_its_address_then_a_typed_vm_and_follows_it(api:
 
     vm_status = {"hypervisorName": "hv", "providerID": "capfleet://vm/hv/ns-cp-0", "conditions": [READY]}
     api.obj(kinds.LIBVIRT_VM.resource, "cp-0")["status"] = vm_status
-    await machines.reconcile(ctx, NS, "cp-0", api)
+    await reconcile(ctx, "cp-0")
     hybrid = api.obj(kinds.HYBRID_MACHINE.resource, "cp-0")
     assert hybrid["spec"]["providerID"] == "capfleet://vm/hv/ns-cp-0"
     assert hybrid["status"]["hypervisorName"] == "hv"
@@ -216,12 +225,12 @@ async def test_the_status_written_with_the_provider_id_observes_the_generation_t
     ctx, _ = await vm_made(api, "cp-0")
     vm_status = {"hypervisorName": "hv", "providerID": "capfleet://vm/hv/ns-cp-0", "conditions": [READY]}
     api.obj(kinds.LIBVIRT_VM.resource, "cp-0")["status"] = vm_status
-    await machines.reconcile(ctx, NS, "cp-0", api)
+    await reconcile(ctx, "cp-0")
     hybrid = api.obj(kinds.HYBRID_MACHINE.resource, "cp-0")
     assert hybrid["metadata"]["generation"] == 2
     assert {c["observedGeneration"] for c in hybrid["status"]["conditions"]} == {2}
     written = len(api.status_patches)
-    await machines.reconcile(ctx, NS, "cp-0", api)
+    await reconcile(ctx, "cp-0")
     assert len(api.status_patches) == written
 
 
@@ -232,21 +241,21 @@ async def test_events_say_ready_and_what_the_glue_refuses_not_each_step_a_child_
     for reason in ("Scheduling", "Defining", "Starting"):
         waiting = {"type": "Ready", "status": "False", "reason": reason, "message": "on its way"}
         vm["status"] = {"conditions": [{**waiting, "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
-        await machines.reconcile(ctx, NS, "cp-0", api)
+        await reconcile(ctx, "cp-0")
         assert conditions(api, "cp-0")["Ready"] == reason
     assert api.events == [], "a child's steps are the child's Events"
     vm["status"] = {"hypervisorName": "hv", "providerID": "capfleet://vm/hv/ns-cp-0", "conditions": [READY]}
-    await machines.reconcile(ctx, NS, "cp-0", api)
-    await machines.reconcile(ctx, NS, "cp-0", api)
+    await reconcile(ctx, "cp-0")
+    await reconcile(ctx, "cp-0")
     assert api.events == [("cp-0", "Normal", "Ready")]
     vm["status"]["conditions"] = [{**READY, "status": "False", "reason": "Stopped"}]
-    await machines.reconcile(ctx, NS, "cp-0", api)
+    await reconcile(ctx, "cp-0")
     vm["status"]["conditions"] = [READY]
-    await machines.reconcile(ctx, NS, "cp-0", api)
+    await reconcile(ctx, "cp-0")
     assert api.events == [("cp-0", "Normal", "Ready")] * 2, "Ready again is news again"
 
     machine(api, "w-1", {**METAL, "network": {"interfaces": [{"name": "eno9"}]}})
-    await machines.reconcile(ctx, NS, "w-1", api)
+    await reconcile(ctx, "w-1")
     api.obj(kinds.NETBOX_DEVICE.resource, "w-1")["status"] = {
         "deviceID": 7,
         "bmcAddress": "10.9.0.7",
@@ -255,7 +264,7 @@ async def test_events_say_ready_and_what_the_glue_refuses_not_each_step_a_child_
     }
     for _ in range(2):
         with pytest.raises(errors.InvalidSpec):
-            await machines.reconcile(ctx, NS, "w-1", api)
+            await reconcile(ctx, "w-1")
     assert api.events[2:] == [("w-1", "Warning", "UnknownInterface")], "one Warning, not one per retry"
 
 
@@ -263,17 +272,17 @@ async def test_once_the_node_joined_the_vm_drops_its_user_data_for_good(api: Fak
     ctx, vm = await vm_made(api, "cp-0")
     assert "removeUserData" not in vm["spec"]["cloudInit"], "the VM boots with its bootstrap data"
     api.obj(resources.CAPI_MACHINES, "cp-0")["status"] = {"nodeRef": {"name": "cp-0"}}
-    await machines.reconcile(ctx, NS, "cp-0", api)
+    await reconcile(ctx, "cp-0")
     assert vm["spec"]["cloudInit"]["removeUserData"] is True
     api.obj(resources.CAPI_MACHINES, "cp-0")["status"] = {}  # as after a move, before CAPI finds the Node
-    await machines.reconcile(ctx, NS, "cp-0", api)
+    await reconcile(ctx, "cp-0")
     assert vm["spec"]["cloudInit"]["removeUserData"] is True
 
 
 async def test_a_server_boots_with_its_interfaces_and_an_unknown_one_is_recorded(api: FakeKube) -> None:
     machine(api, "w-0", METAL)
     ctx = context(api)
-    await machines.reconcile(ctx, NS, "w-0", api)
+    await reconcile(ctx, "w-0")
     api.bind_claims()
     device = {
         "deviceID": 7,
@@ -283,7 +292,7 @@ async def test_a_server_boots_with_its_interfaces_and_an_unknown_one_is_recorded
         "conditions": [READY],
     }
     api.obj(kinds.NETBOX_DEVICE.resource, "w-0")["status"] = device
-    await machines.reconcile(ctx, NS, "w-0", api)
+    await reconcile(ctx, "w-0")
     instance = BaremetalInstanceSpec.model_validate(api.obj(kinds.BAREMETAL_INSTANCE.resource, "w-0")["spec"])
     assert [(nic.name, nic.mac_address, nic.addresses) for nic in instance.interfaces] == [
         ("eno1", "52:54:00:aa:bb:07", ["10.0.0.7/24"])
@@ -293,10 +302,10 @@ async def test_a_server_boots_with_its_interfaces_and_an_unknown_one_is_recorded
     assert api.obj(kinds.HYBRID_MACHINE.resource, "w-0")["status"]["deviceID"] == 7
 
     machine(api, "w-1", {**METAL, "network": {"interfaces": [{"name": "eno9"}]}})
-    await machines.reconcile(ctx, NS, "w-1", api)
+    await reconcile(ctx, "w-1")
     api.obj(kinds.NETBOX_DEVICE.resource, "w-1")["status"] = device
     with pytest.raises(errors.InvalidSpec, match="no interface eno9"):
-        await machines.reconcile(ctx, NS, "w-1", api)
+        await reconcile(ctx, "w-1")
     assert conditions(api, "w-1")["ServerProvisioned"] == "UnknownInterface"
 
 
@@ -304,7 +313,7 @@ async def held_by_its_server(api: FakeKube, name: str) -> tuple[Context, Obj]:
     """A server machine, reconciled, and its BaremetalInstance holding on with a finalizer."""
     machine(api, name, METAL)
     ctx = context(api)
-    await machines.reconcile(ctx, NS, name, api)
+    await reconcile(ctx, name)
     owner = api.obj(kinds.HYBRID_MACHINE.resource, name)
     held = {
         "name": name,
@@ -320,14 +329,14 @@ async def test_deletion_takes_the_server_first_and_polls_at_the_setting(api: Fak
     ctx, owner = await held_by_its_server(api, "w-0")
     api.gets.clear()
     with pytest.raises(deletions.ChildrenRemaining, match="BaremetalInstance w-0") as waiting:
-        await deletions.delete(ctx, api, owner)
+        await deletions.delete(ctx, owner)
     assert waiting.value.delay(0) == 0.5
     assert api.gets == ["Cluster", "BaremetalInstance"], "a server's deletion asks for no VM"
     assert (kinds.NETBOX_DEVICE.resource.plural, "w-0") in api.objects
     del api.objects[(kinds.BAREMETAL_INSTANCE.resource.plural, "w-0")]
     with pytest.raises(deletions.ChildrenRemaining, match="NetboxDevice w-0, IPAddressClaim w-0-eno1-0"):
-        await deletions.delete(ctx, api, owner)
-    await deletions.delete(ctx, api, owner)
+        await deletions.delete(ctx, owner)
+    await deletions.delete(ctx, owner)
 
 
 async def test_a_deletion_woken_by_a_change_reads_the_watch_cache_any_other_the_api_server(
@@ -337,17 +346,17 @@ async def test_a_deletion_woken_by_a_change_reads_the_watch_cache_any_other_the_
     ctx.cache.seen(kinds.HYBRID_MACHINE.resource, owner)
     ctx.cache.seen(kinds.BAREMETAL_INSTANCE.resource, api.obj(kinds.BAREMETAL_INSTANCE.resource, "w-0"))
     ctx.cache.seen(resources.CAPI_CLUSTERS, api.obj(resources.CAPI_CLUSTERS, "c1"))
-    attempt = handlers.deletion(ctx, Key(HYBRID_MACHINE, NS, "w-0"), deletions.delete)
+    cached = dataclasses.replace(ctx, reads=ctx.cache.reader(api))
     api.gets.clear()
     with pytest.raises(deletions.ChildrenRemaining, match="BaremetalInstance w-0"):
-        await attempt(True)
+        await deletions.delete(cached, owner)
     assert api.gets == []
     with pytest.raises(deletions.ChildrenRemaining, match="BaremetalInstance w-0"):
-        await attempt(True)  # before the watch shows the deletion the first look asked for
+        await deletions.delete(cached, owner)  # before the watch shows the deletion the first look asked for
     assert api.deletes == ["BaremetalInstance/w-0"], "the answer to the deletion is kept in the watch cache"
     with pytest.raises(deletions.ChildrenRemaining, match="BaremetalInstance w-0"):
-        await attempt(False)
-    assert api.gets == ["HybridMachine", "Cluster", "BaremetalInstance"]
+        await deletions.delete(ctx, api.obj(kinds.HYBRID_MACHINE.resource, "w-0"))
+    assert api.gets == ["Cluster", "BaremetalInstance"]
 
 
 async def test_deletion_right_after_an_unpause_takes_the_mirrored_pause_off_the_children(
@@ -358,13 +367,13 @@ async def test_deletion_right_after_an_unpause_takes_the_mirrored_pause_off_the_
     paused claim) would wait for ever. Deletion takes the annotation off, then deletes."""
     machine(api, "w-0", METAL)
     ctx = context(api)
-    await machines.reconcile(ctx, NS, "w-0", api)
+    await reconcile(ctx, "w-0")
     claim = api.obj(resources.IP_ADDRESS_CLAIMS, "w-0-eno1-0")
     claim["metadata"]["finalizers"] = ["ipam.cluster.x-k8s.io/ReleaseAddress"]
     claim["metadata"]["annotations"] = {pausing.PAUSED_ANNOTATION: "true"}
     owner = api.obj(kinds.HYBRID_MACHINE.resource, "w-0")
     with pytest.raises(deletions.ChildrenRemaining, match="IPAddressClaim w-0-eno1-0"):
-        await deletions.delete(ctx, api, owner)
+        await deletions.delete(ctx, owner)
     claim = api.obj(resources.IP_ADDRESS_CLAIMS, "w-0-eno1-0")
     assert claim["metadata"]["deletionTimestamp"]
     assert not pausing.annotated(claim["metadata"])
@@ -391,15 +400,15 @@ async def test_a_relabelled_machine_takes_its_children_to_its_new_shard_and_back
     uid = owner["metadata"]["uid"]
     owner["metadata"]["labels"][SHARD] = "a"
     ctx = context(api)
-    await machines.reconcile(ctx, NS, "w-0", api)
+    await reconcile(ctx, "w-0")
     api.bind_claims()
-    await machines.reconcile(ctx, NS, "w-0", api)
+    await reconcile(ctx, "w-0")
     assert shards() == {"IPAddressClaim/w-0-eth0-0": "a", "LibvirtVM/w-0": "a"}
     owner["metadata"]["labels"][SHARD] = "b"
-    await machines.reconcile(ctx, NS, "w-0", api)
+    await reconcile(ctx, "w-0")
     assert set(shards().values()) == {"b"}
     del owner["metadata"]["labels"][SHARD]
-    await machines.reconcile(ctx, NS, "w-0", api)
+    await reconcile(ctx, "w-0")
     assert set(shards().values()) == {None}
 
 
@@ -425,14 +434,14 @@ async def test_a_new_machine_without_its_machine_owner_waits_a_moment_before_say
     meta = {"name": "orphan", "creationTimestamp": just_now}
     api.put(kinds.HYBRID_MACHINE.resource, {"metadata": meta, "spec": VM})
     ctx = context(api)
-    with pytest.raises(loops.TimedWait) as waiting:
-        await machines.reconcile(ctx, NS, "orphan", api)
+    with pytest.raises(engine.TimedWait) as waiting:
+        await reconcile(ctx, "orphan")
     assert waiting.value.reason == "WaitingForMachine"
     assert "status" not in api.obj(kinds.HYBRID_MACHINE.resource, "orphan")
 
     older = datetime.now(UTC) - timedelta(seconds=machines.OWNER_GRACE_SECONDS + 1)
     meta["creationTimestamp"] = older.strftime("%Y-%m-%dT%H:%M:%SZ")
-    await machines.reconcile(ctx, NS, "orphan", api)
+    await reconcile(ctx, "orphan")
     assert conditions(api, "orphan")["Ready"] == "WaitingForMachine"
 
 
@@ -445,7 +454,7 @@ async def test_a_child_just_created_is_waited_for_without_a_status_write_until_t
     machine(api, "cp-0", VM)
     ctx = context(api)
     with pytest.raises(machines.AwaitingReport) as waiting:
-        await machines.reconcile(ctx, NS, "cp-0", api)
+        await reconcile(ctx, "cp-0")
     assert 0 < waiting.value.seconds_left <= summaries.REPORT_GRACE_SECONDS
     delay = waiting.value.delay(0)
     assert delay is not None
@@ -456,23 +465,23 @@ async def test_a_child_just_created_is_waited_for_without_a_status_write_until_t
 
     api.bind_claims()
     with pytest.raises(machines.AwaitingReport):
-        await machines.reconcile(ctx, NS, "cp-0", api)
+        await reconcile(ctx, "cp-0")
     assert api.created[-1] == "LibvirtVM/cp-0"
     assert api.status_patches == []
 
     vm_status = {"hypervisorName": "hv", "providerID": "capfleet://vm/hv/ns-cp-0", "conditions": [READY]}
     api.obj(kinds.LIBVIRT_VM.resource, "cp-0")["status"] = vm_status
-    await machines.reconcile(ctx, NS, "cp-0", api)
+    await reconcile(ctx, "cp-0")
     assert api.status_patches == ["HybridMachine/cp-0"]
     assert conditions(api, "cp-0")["Ready"] == "Ready"
 
     machine(api, "cp-1", VM)
     with pytest.raises(machines.AwaitingReport):
-        await machines.reconcile(ctx, NS, "cp-1", api)
+        await reconcile(ctx, "cp-1")
     long_ago = datetime.now(UTC) - timedelta(seconds=summaries.REPORT_GRACE_SECONDS + 1)
     claim = api.obj(resources.IP_ADDRESS_CLAIMS, "cp-1-eth0-0")
     claim["metadata"]["creationTimestamp"] = long_ago.strftime("%Y-%m-%dT%H:%M:%SZ")
-    await machines.reconcile(ctx, NS, "cp-1", api)
+    await reconcile(ctx, "cp-1")
     assert conditions(api, "cp-1")["AddressesAllocated"] == "Pending"
 
 
@@ -482,12 +491,12 @@ async def test_a_deletion_says_what_it_waits_for_only_once_it_has_waited_the_gra
 
     owner["metadata"]["deletionTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     with pytest.raises(deletions.ChildrenRemaining):
-        await deletions.delete(ctx, api, owner)
+        await deletions.delete(ctx, owner)
     assert api.status_patches == []
 
     long_ago = datetime.now(UTC) - timedelta(seconds=deletions.DELETION_REPORT_GRACE_SECONDS + 1)
     owner["metadata"]["deletionTimestamp"] = long_ago.strftime("%Y-%m-%dT%H:%M:%SZ")
     with pytest.raises(deletions.ChildrenRemaining):
-        await deletions.delete(ctx, api, owner)
+        await deletions.delete(ctx, owner)
     assert conditions(api, "w-0")["Ready"] == "Deleting"
     assert api.status_patches == ["HybridMachine/w-0"]

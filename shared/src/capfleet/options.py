@@ -28,9 +28,20 @@ class Identity:
     """Fields (paths such as ("spec", "hypervisorName")) that only its reconcile sets, once, and follows in
     the same pass: their writes need not wake it either."""
 
+    on_engine: bool = False
+    """Whether the operator's objects are reconciled by `capfleet.controller` (which then owns `finalizer`)
+    rather than by kopf's change handlers."""
+
     @property
     def finalizer(self) -> str:
         return f"{self.name}.capfleet.dev/finalizer"
+
+    @property
+    def kopf_finalizer(self) -> str:
+        """The finalizer kopf manages: `finalizer` for an operator on kopf's change handlers; for one on
+        the engine a name no object carries, as kopf takes its finalizer off any object none of its
+        handlers needs it on, and would otherwise fight the engine over the engine's."""
+        return f"{self.name}.capfleet.dev/kopf" if self.on_engine else self.finalizer
 
     @property
     def annotation_prefix(self) -> str:

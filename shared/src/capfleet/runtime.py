@@ -73,7 +73,7 @@ def configure(
     handled: persistence.Handled | None = None,
 ) -> None:
     """kopf settings that give each operator its own marks and keep idle operators silent."""
-    settings.persistence.finalizer = identity.finalizer
+    settings.persistence.finalizer = identity.kopf_finalizer
     settings.persistence.progress_storage = persistence.ProgressStorage(prefix=identity.annotation_prefix)
     # kopf's record of what it handled stays an annotation although it costs a patch per handling: kopf
     # then waits until its watch shows that patch before handling the object again, so no handler ever

@@ -8,7 +8,7 @@ from capi_machine_glue.settings import GlueSettings
 
 
 def main() -> None:
-    runtime.run(handlers.IDENTITY, GlueSettings, handled=handlers.nothing_to_record)
+    runtime.run(handlers.IDENTITY, GlueSettings, connected=handlers.start_engines)
 
 
 if __name__ == "__main__":

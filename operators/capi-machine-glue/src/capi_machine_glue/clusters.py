@@ -21,7 +21,6 @@ from capi_machine_glue import gates, inheritance, names, specs, summaries
 from capi_machine_glue.contexts import ADDRESSES, CLAIMS, CLUSTERS, HYBRID_CLUSTERS, Context
 from capi_machine_glue.deletions import ChildrenRemaining
 from capi_machine_glue.machines import capi_cluster
-from capi_machine_glue.wakeups import HYBRID_CLUSTER, Key
 
 MANAGED_BY_ANNOTATION = "cluster.x-k8s.io/managed-by"
 ENDPOINT = "ControlPlaneEndpointReady"
@@ -58,13 +57,11 @@ def provisioned(hybrid: HybridCluster) -> bool:
     return bool(status and status.initialization and status.initialization.provisioned)
 
 
-async def reconcile(ctx: Context, namespace: str, name: str, reads: Reads) -> None:
-    body = await reads.get(HYBRID_CLUSTERS, name, namespace)
-    if body is None or body["metadata"].get("deletionTimestamp") or externally_managed(body["metadata"]):
-        return
+async def reconcile(ctx: Context, body: Obj) -> None:
     if pausing.moving(body["metadata"]):
         return
     meta = body["metadata"]
+    namespace, name, reads = meta["namespace"], meta["name"], ctx.reads
     hybrid = kinds.HYBRID_CLUSTER.parse(body)
     cluster_name = gates.capi_owner(meta, CLUSTERS) or ownership.cluster_name(meta)
     recorder = reconciling.Recorder(ctx, HYBRID_CLUSTERS, body, STEPS)
@@ -74,7 +71,6 @@ async def reconcile(ctx: Context, namespace: str, name: str, reads: Reads) -> No
         )
         await recorder.finish()
         return
-    ctx.wakeups.belongs_to(Key(HYBRID_CLUSTER, namespace, name), namespace, cluster_name)
     cluster = await capi_cluster(reads, cluster_name, namespace)
     claim_name = names.endpoint_claim(name)
     claim = (
@@ -122,7 +118,7 @@ async def control_plane_endpoint(
             "metadata": metadata,
             "spec": specs.claim_spec(pool, cluster_name).to_wire(),
         }
-        claim, _ = await ctx.kube.create_or_get(CLAIMS, child, namespace)
+        claim = await ctx.create_or_get(CLAIMS, child, namespace)
     update = summaries.child_ready(ENDPOINT, "IPAddressClaim", claim, "Allocated")
     address_name = summaries.address_name(claim)
     if update.status != "True" or not address_name:
@@ -134,13 +130,13 @@ async def control_plane_endpoint(
     endpoint_patch = {
         "spec": {"controlPlaneEndpoint": APIEndpoint(host=host, port=DEFAULT_API_PORT).to_wire()}
     }
-    await ctx.kube.patch(HYBRID_CLUSTERS, name, endpoint_patch, namespace)
+    await ctx.patch(HYBRID_CLUSTERS, name, endpoint_patch, namespace)
     return Update.true(ENDPOINT, "Allocated", f"{host}:{DEFAULT_API_PORT} from {pool.kind} {pool.name}")
 
 
-async def delete(ctx: Context, reads: Reads, body: Obj) -> None:
+async def delete(ctx: Context, body: Obj) -> None:
     """Release the VIP claim (if any) and wait for it; nothing for a move."""
-    meta = body["metadata"]
+    meta, reads = body["metadata"], ctx.reads
     if pausing.moving(meta) or externally_managed(meta):
         return
     namespace = meta["namespace"]

@@ -1,14 +1,13 @@
-"""What every glue reconcile shares: the API client, the Event recorder, the settings, the wake-ups and
-the watch cache.
+"""What every glue reconcile shares: the API client, the Event recorder, the settings, the watch cache,
+and how this reconcile reads (from the cache, or from the API server when a timer brought it).
 
 A `Context` is built for each reconcile from the operator-wide memo (`Context.from_memo`): the runtime
-puts the API client, the Event recorder and the settings there, and the glue's startup handler the
-wake-up registry and the watch cache (kopf gives each object a shallow copy of memo, so shared state must
-exist before the first object is handled).
+puts the API client, the Event recorder and the settings there, and the engine's startup the watch cache.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -16,12 +15,10 @@ from typing import Any
 from capfleet import conditions, errors, reconciling, resources
 from capfleet.api import kinds
 from capfleet.api.base import Condition
-from capfleet.controller.caches import WatchCache
+from capfleet.conditions import Update
+from capfleet.controller.caches import Reads, WatchCache
+from capfleet.controller.watching import CACHE_KEY
 from capi_machine_glue.settings import GlueSettings
-from capi_machine_glue.wakeups import Wakeups
-
-WAKEUPS_KEY = "glue_wakeups"
-CACHE_KEY = "glue_watch_cache"
 
 HYBRID_MACHINES = kinds.HYBRID_MACHINE.resource
 HYBRID_CLUSTERS = kinds.HYBRID_CLUSTER.resource
@@ -38,8 +35,42 @@ INSTANCES = kinds.BAREMETAL_INSTANCE.resource
 @dataclass
 class Context(reconciling.Context):
     settings: GlueSettings = reconciling.in_memo(reconciling.SETTINGS_KEY)
-    wakeups: Wakeups = reconciling.in_memo(WAKEUPS_KEY)
     cache: WatchCache = reconciling.in_memo(CACHE_KEY)
+    reads: Reads = dataclasses.field(kw_only=True)
+    """How this reconcile reads: the watch cache when an event brought it, else the API server."""
+
+    async def patch(
+        self, resource: resources.Resource, name: str, patch: dict[str, Any], namespace: str
+    ) -> Mapping[str, Any] | None:
+        """A merge patch whose answer the watch cache keeps: the write's own event is then no news, and a
+        reconcile woken before it arrives reads what was written."""
+        answer = await self.kube.patch(resource, name, patch, namespace)
+        if answer is not None:
+            self.cache.written(resource, answer)
+        return answer
+
+    async def create_or_get(
+        self, resource: resources.Resource, body: dict[str, Any], namespace: str
+    ) -> Mapping[str, Any]:
+        """The child created, or found as an earlier attempt made it; a new one is kept in the watch
+        cache, so a reconcile woken before its first event does not create it again."""
+        found, made = await self.kube.create_or_get(resource, body, namespace)
+        if made:
+            self.cache.created(resource, found)
+        return found
+
+    async def write_status(
+        self,
+        resource: resources.Resource,
+        body: Mapping[str, Any],
+        fields: Mapping[str, Any],
+        updates: list[Update],
+        ready_steps: list[str] | None,
+    ) -> Mapping[str, Any]:
+        """The status written as every operator writes it, its answer kept in the watch cache."""
+        answer = await super().write_status(resource, body, fields, updates, ready_steps)
+        self.cache.written(resource, answer)
+        return answer
 
     async def announce(self, body: Mapping[str, Any], ready: Condition) -> None:
         """A Normal Event when the object becomes Ready, and none while it is not: a machine's Ready is

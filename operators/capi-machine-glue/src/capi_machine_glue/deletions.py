@@ -1,6 +1,6 @@
 """Deleting a HybridMachine: the machine (VM or server) first, the device claim and addresses only after it
 is gone, so a server is never released while it still runs the old machine. The deletion looks again
-whenever a child changes or goes (`loops.waiting_out`) and says what it waits for.
+whenever a child changes or goes (the engine's watches of the children) and says what it waits for.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ async def _delete_owned(
             continue
         if pausing.annotated(child["metadata"]):
             unpause = {"metadata": {"annotations": {pausing.PAUSED_ANNOTATION: None}}}
-            await ctx.kube.patch(resource, name, unpause, namespace)
+            await ctx.patch(resource, name, unpause, namespace)
         if not child["metadata"].get("deletionTimestamp"):
             try:
                 answer = await ctx.kube.delete(resource, name, namespace)
@@ -83,9 +83,9 @@ async def _delete_owned(
     return remaining
 
 
-async def delete(ctx: Context, reads: Reads, body: Obj) -> None:
+async def delete(ctx: Context, body: Obj) -> None:
     """Delete the children, machine first, and wait until their operators have released everything."""
-    meta = body["metadata"]
+    meta, reads = body["metadata"], ctx.reads
     if pausing.moving(meta):
         return
     namespace, name = meta["namespace"], meta["name"]
@@ -114,8 +114,5 @@ async def delete(ctx: Context, reads: Reads, body: Obj) -> None:
         if seconds_since(meta.get("deletionTimestamp")) >= DELETION_REPORT_GRACE_SECONDS:
             # Only Ready changes: the step conditions keep saying what the machine was.
             deleting = [Update.false("Ready", "Deleting", message)]
-            # Kept in the watch cache, so a look woken before the watch shows this write reads it.
-            ctx.cache.written(
-                HYBRID_MACHINES, await ctx.write_status(HYBRID_MACHINES, body, {}, deleting, None)
-            )
+            await ctx.write_status(HYBRID_MACHINES, body, {}, deleting, None)
         raise ChildrenRemaining(message, poll_seconds=poll)

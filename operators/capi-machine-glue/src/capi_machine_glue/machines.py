@@ -28,9 +28,10 @@ from capfleet.api.hybrid_machines import HybridMachine, HybridMachineSpec
 from capfleet.api.libvirt import LibvirtVMStatus
 from capfleet.api.netbox import NetboxDeviceStatus
 from capfleet.conditions import Update
+from capfleet.controller import engine
 from capfleet.controller.caches import Reads
 from capfleet.resources import Resource
-from capi_machine_glue import gates, inheritance, loops, names, specs, summaries
+from capi_machine_glue import gates, inheritance, names, specs, summaries
 from capi_machine_glue.contexts import (
     ADDRESSES,
     CLAIMS,
@@ -44,7 +45,6 @@ from capi_machine_glue.contexts import (
     NETBOX_VMS,
     Context,
 )
-from capi_machine_glue.wakeups import HYBRID_MACHINE, Key
 
 Obj = Mapping[str, Any]
 T = TypeVar("T")
@@ -56,7 +56,7 @@ Cluster API sets it within a second of creating the two, and saying so at once c
 machine. The wait ends with the event of the ownerReference, or with the retry after this time."""
 
 
-class AwaitingReport(loops.TimedWait):
+class AwaitingReport(engine.TimedWait):
     """Not written to status: the step the machine is at waits for a child just created, which has not
     reported yet (`summaries.REPORT_GRACE_SECONDS`). The retry comes once that grace is over, and reads
     from the watch cache (at N = 100 in `make bench-fleet`, reading from the API server cost the glue 3
@@ -180,10 +180,7 @@ class MachineReconcile:
             "metadata": ownership.child_metadata(name, self.body),
             "spec": spec.to_wire(),
         }
-        found, made = await self.ctx.kube.create_or_get(resource, child, self.namespace)
-        if made:
-            self.ctx.cache.created(resource, found)
-        return found
+        return await self.ctx.create_or_get(resource, child, self.namespace)
 
     def planned(self, step: str, plan: Callable[[], T]) -> T:
         """`plan()`'s result; a bad spec it finds is recorded as the step's condition, then raised. A child
@@ -222,12 +219,12 @@ class MachineReconcile:
             raise AwaitingReport(f"{step}: waiting for a new child's first report", seconds_left=left)
 
 
-async def reconcile(ctx: Context, namespace: str, name: str, reads: Reads) -> None:
-    body = await reads.get(HYBRID_MACHINES, name, namespace)
-    if body is None or body["metadata"].get("deletionTimestamp") or pausing.moving(body["metadata"]):
+async def reconcile(ctx: Context, body: Obj) -> None:
+    if pausing.moving(body["metadata"]):
         return
     machine = kinds.HYBRID_MACHINE.parse(body)
     meta = body["metadata"]
+    namespace, reads = meta["namespace"], ctx.reads
     owner = gates.capi_owner(meta, MACHINES)
     cluster_name = ownership.cluster_name(meta)
     recorder = reconciling.Recorder(
@@ -235,7 +232,7 @@ async def reconcile(ctx: Context, namespace: str, name: str, reads: Reads) -> No
     )
     if owner is None or cluster_name is None:
         if seconds_since(meta.get("creationTimestamp")) < OWNER_GRACE_SECONDS:
-            raise loops.TimedWait("no CAPI Machine owns this HybridMachine yet", reason="WaitingForMachine")
+            raise engine.TimedWait("no CAPI Machine owns this HybridMachine yet", reason="WaitingForMachine")
         recorder.note(
             Update.false(
                 summaries.CLUSTER_INFRASTRUCTURE,
@@ -245,7 +242,6 @@ async def reconcile(ctx: Context, namespace: str, name: str, reads: Reads) -> No
         )
         await recorder.finish()
         return
-    ctx.wakeups.belongs_to(Key(HYBRID_MACHINE, namespace, name), namespace, cluster_name)
     cluster = await capi_cluster(reads, cluster_name, namespace)
     children = await family(reads, body, machine.spec)
     paused = pausing.annotated(meta) or pausing.cluster_paused(cluster)
@@ -257,11 +253,11 @@ async def reconcile(ctx: Context, namespace: str, name: str, reads: Reads) -> No
     try:
         await converge(run, cluster_name, cluster, owner)
     except errors.CapfleetError as exc:
-        ctx.cache.written(HYBRID_MACHINES, await recorder.finish())
+        await recorder.finish()
         await ctx.refused(body, exc)
         raise
     run.awaiting_report()
-    ctx.cache.written(HYBRID_MACHINES, await recorder.finish())
+    await recorder.finish()
 
 
 async def converge(
@@ -310,11 +306,10 @@ async def provision(run: MachineReconcile, facts: specs.MachineFacts, cluster: H
         provider_id = await metal(run, facts, cluster, allocations)
         infrastructure_step = summaries.SERVER
     if provider_id and spec.provider_id is None:
-        patched = await run.ctx.kube.patch(
+        patched = await run.ctx.patch(
             HYBRID_MACHINES, run.name, {"spec": {"providerID": provider_id}}, run.namespace
         )
         if patched is not None:
-            run.ctx.cache.written(HYBRID_MACHINES, patched)
             # The patch moved the generation on: this pass's conditions observe it, so the next pass has
             # nothing to rewrite.
             recorder.body = patched
@@ -379,7 +374,7 @@ async def vm(
     if facts.joined and not kinds.LIBVIRT_VM.parse(children.vm).spec.cloud_init.remove_user_data:
         # The Node joined: the join token (for a control plane, the CA keys) leaves the hypervisor.
         removed = {"spec": {"cloudInit": {"removeUserData": True}}}
-        children.vm = await run.ctx.kube.patch(LIBVIRT_VMS, facts.name, removed, run.namespace) or children.vm
+        children.vm = await run.ctx.patch(LIBVIRT_VMS, facts.name, removed, run.namespace) or children.vm
     recorder.note(summaries.child_ready(summaries.VM, "LibvirtVM", children.vm, "Running"))
     record = specs.netbox_vm_spec(run.spec, cluster, facts, allocations)
     if record is not None:

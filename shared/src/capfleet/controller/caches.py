@@ -98,9 +98,11 @@ class WatchCache:
     # The resourceVersion of each kept answer to the controller's own write, until an event catches up.
     _written: dict[EntryKey, int] = field(default_factory=dict)
 
-    def seen(self, resource: Kind, body: Obj, *, deleted: bool = False) -> None:
+    def seen(self, resource: Kind, body: Obj, *, deleted: bool = False) -> bool:
         """What a watch event says about `body`: its newest state, or (`deleted`) that it is gone; an
-        event older than the controller's own last write of the object is passed over."""
+        event older than the controller's own last write of the object is passed over. Returns whether
+        the event is news: False for the echo of the controller's own write (the very resourceVersion
+        its answer had), which changes nothing it has not seen."""
         meta = body["metadata"]
         key = entry_key(resource, meta.get("namespace"), meta["name"])
         self._events += 1
@@ -110,15 +112,18 @@ class WatchCache:
             self._written.pop(key, None)
             if self._gets_under_way:
                 self._deletions[key] = self._events
-            return
+            return True
         self._last_event[key] = self._events
         written = self._written.get(key)
         if written is not None:
             version = resource_version(body)
             if version is not None and version < written:
-                return
+                return True  # someone else's change from before that write: the write's answer holds it
             del self._written[key]
+            if version == written:
+                return False
         self._entries[key] = packed(body)
+        return True
 
     def written(self, resource: Kind, body: Obj) -> None:
         """The answer to the controller's own write of `body`: kept, if events keep the object here, until an

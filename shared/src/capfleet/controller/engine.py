@@ -14,12 +14,12 @@ return a `Result`. The engine does the rest, as controller-runtime does for Go c
 - a capfleet error is retried after its own backoff (`CapfleetError.delay`, by the key's count of
   failures in a row); any other exception is retried as an unavailable backend is; success resets the
   count and requeues after the result's delay, else after the resync period, the net for a lost event;
-- the process's own writes to the object (told to `Engine.wrote`: the finalizer, the status patch) do
-  not enqueue it again: the engine remembers the resourceVersion each write produced and passes over the
-  event that carries exactly that version. Any other change has another version and is reconciled. No
-  operator lists fields to ignore.
+- the process's own writes (told to the cache, `WatchCache.written`: the finalizer, a status patch) do
+  not enqueue anything again: the cache knows the resourceVersion each write produced and the event
+  that carries exactly that version is no news. Any other change has another version and is
+  reconciled. No operator lists fields to ignore.
 
-Nothing here writes status: the reconcile's recorder does, once per reconcile, and tells `Engine.wrote`.
+Nothing here writes status: the reconcile's recorder does, once per reconcile, and tells the cache.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from capfleet import errors, kube, metrics
-from capfleet.controller.caches import EntryKey, Reads, WatchCache, entry_key, resource_version
+from capfleet.controller.caches import Reads, WatchCache
 from capfleet.controller.queues import WorkQueue
 from capfleet.resources import Resource
 
@@ -66,13 +66,25 @@ class Result:
 DONE = Result()
 
 
+def done_after(step: Callable[[C, Obj], Awaitable[None]]) -> Callable[[C, Obj], Awaitable[Result]]:
+    """A reconcile (or finalize) that is done when `step` returns, and raises what it raises to wait."""
+
+    async def run(ctx: C, obj: Obj) -> Result:
+        await step(ctx, obj)
+        return DONE
+
+    return run
+
+
 @dataclass(frozen=True)
 class Watch:
     """Another kind whose events enqueue objects of the controller's kind: `keys` maps an object of it
-    (as an event shows it) to the keys to reconcile."""
+    (as an event shows it) to the keys to reconcile, `groups` to the groups (`Controller.group`) in its
+    namespace whose every member is to be reconciled (a CAPI Cluster: every machine of that cluster)."""
 
     resource: Resource
-    keys: Callable[[Obj], Iterable[Key]]
+    keys: Callable[[Obj], Iterable[Key]] = lambda obj: ()
+    groups: Callable[[Obj], Iterable[str]] = lambda obj: ()
 
 
 def owners(kind: str) -> Callable[[Obj], list[Key]]:
@@ -86,6 +98,11 @@ def owners(kind: str) -> Callable[[Obj], list[Key]]:
     return keys
 
 
+def itself(obj: Obj) -> list[Key]:
+    """The mapping of an object to itself (a kind watched by two controllers, each its own key)."""
+    return [Key.of(obj)]
+
+
 @dataclass
 class Controller(Generic[C]):
     """One kind's reconciler, as an operator declares it."""
@@ -95,10 +112,23 @@ class Controller(Generic[C]):
     reconcile: Callable[[C, Obj], Awaitable[Result]]
     finalize: Callable[[C, Obj], Awaitable[Result]]
     watches: Sequence[Watch] = ()
+    serves: Callable[[Obj], bool] = lambda obj: True
+    """Whether an object is this controller's to reconcile (others are neither reconciled nor finalized)."""
     needs_finalizer: Callable[[Obj], bool] = lambda obj: True
     """Whether an object will hold something outside that its deletion must give back."""
+    group: Callable[[Obj], str | None] = lambda obj: None
+    """The group an object belongs to in its namespace (a machine's CAPI cluster), for `Watch.groups`."""
     resync_seconds: float = DEFAULT_RESYNC_SECONDS
-    workers: int = 4
+    settle_seconds: float = 0.0
+    """How long a key enqueued by an event waits for the events that follow it (a child created, its
+    finalizer, its first status), so that they cost one reconcile."""
+    workers: int = 8
+    """How many objects are reconciled at once: reconciles mostly wait on the API server and backends."""
+
+
+class TimedWait(errors.Waiting):
+    """A wait whose end the reconcile knows (a grace period), not one that doubts what the watches showed:
+    the key comes back after exactly its delay, unjittered, and reads from the watch cache."""
 
 
 def same_kind(one: Resource, other: Resource) -> bool:
@@ -116,57 +146,61 @@ def finalizers_of(obj: Obj) -> list[str]:
 
 @dataclass
 class Engine(Generic[C]):
-    """A controller at work: its queue, its cache, its failures in a row by key, its own writes."""
+    """A controller at work: its queue, the watch cache it shares with the operator's other controllers,
+    its failures in a row by key, and its objects by group."""
 
     controller: Controller[C]
     cache: WatchCache = field(default_factory=WatchCache)
     queue: WorkQueue[Key] = field(default_factory=WorkQueue)
     _failures: dict[Key, int] = field(default_factory=dict)
-    _own_versions: dict[EntryKey, int] = field(default_factory=dict)
     _evented: set[Key] = field(default_factory=set)
+    _groups: dict[Key, tuple[str | None, str]] = field(default_factory=dict)
 
     # Events.
 
     def seen(self, resource: Resource, event_type: str | None, obj: Obj) -> None:
-        """A watch event of the controller's kind or of a watched one: cached, then its keys enqueued."""
-        deleted = event_type == "DELETED"
-        self.cache.seen(resource, obj, deleted=deleted)
+        """A watch event: cached, then noticed (an engine alone with its cache)."""
+        news = self.cache.seen(resource, obj, deleted=event_type == "DELETED")
+        self.notice(resource, event_type, obj, news=news)
+
+    def notice(self, resource: Resource, event_type: str | None, obj: Obj, *, news: bool = True) -> None:
+        """A watch event of the controller's kind or of a watched one, already in the cache: the keys it
+        concerns enqueued. Not news (the echo of this process's own write) enqueues nothing."""
         if same_kind(resource, self.controller.resource):
-            key = Key.of(obj)
-            if deleted:
-                self.queue.forget(key)
-                self._failures.pop(key, None)
-            elif not self._is_own_write(obj):
-                self._enqueue(key)
+            self._noticed_own(event_type, obj, news)
+        if not news:
             return
+        namespace = obj["metadata"].get("namespace")
         for watch in self.controller.watches:
             if same_kind(watch.resource, resource):
                 for key in watch.keys(obj):
                     self._enqueue(key)
+                for group in watch.groups(obj):
+                    for key in self.members(namespace, group):
+                        self._enqueue(key)
+
+    def _noticed_own(self, event_type: str | None, obj: Obj, news: bool) -> None:
+        key = Key.of(obj)
+        if event_type == "DELETED":
+            self.queue.forget(key)
+            self._failures.pop(key, None)
+            self._groups.pop(key, None)
+            self._evented.discard(key)
+            return
+        group = self.controller.group(obj) if self.controller.serves(obj) else None
+        if group is None:
+            self._groups.pop(key, None)
+        else:
+            self._groups[key] = (key.namespace, group)
+        if news and self.controller.serves(obj):
+            self._enqueue(key)
+
+    def members(self, namespace: str | None, group: str) -> list[Key]:
+        return [key for key, of in self._groups.items() if of == (namespace, group)]
 
     def _enqueue(self, key: Key) -> None:
         self._evented.add(key)
-        self.queue.add(key)
-
-    def wrote(self, resource: Resource, answer: Obj) -> None:
-        """The API server's answer to a write of this process: its event will not enqueue the object."""
-        version = resource_version(answer)
-        if version is None:
-            return
-        meta = answer["metadata"]
-        self._own_versions[entry_key(resource, meta.get("namespace"), meta["name"])] = version
-        self.cache.written(resource, answer)
-
-    def _is_own_write(self, obj: Obj) -> bool:
-        """Whether the event shows exactly what a write of this process made. An older event is someone
-        else's change that this process may not have reconciled yet: it is not passed over."""
-        meta = obj["metadata"]
-        key = entry_key(self.controller.resource, meta.get("namespace"), meta["name"])
-        own, version = self._own_versions.get(key), resource_version(obj)
-        if own is None or version is None or version < own:
-            return False
-        del self._own_versions[key]
-        return version == own
+        self.queue.add_after(key, self.controller.settle_seconds)
 
     # Workers.
 
@@ -188,7 +222,7 @@ class Engine(Generic[C]):
         reads: Reads = self.cache.reader(api) if by_event else api
         try:
             obj = await reads.get(controller.resource, key.name, key.namespace)
-            if obj is None:
+            if obj is None or not controller.serves(obj):
                 self._failures.pop(key, None)
                 return
             result = await self._run(ctx(reads), api, obj)
@@ -197,7 +231,11 @@ class Engine(Generic[C]):
             failures = self._failures.get(key, 0)
             self._failures[key] = failures + 1
             backoff = error.delay(failures)
-            delay = controller.resync_seconds if backoff is None else errors.jittered(backoff)
+            if isinstance(error, TimedWait) and backoff is not None:
+                delay = backoff  # its end is its own: jitter would only come back before it
+                self._evented.add(key)
+            else:
+                delay = controller.resync_seconds if backoff is None else errors.jittered(backoff)
             del error  # its traceback holds every frame of the failed reconcile
         else:
             self._failures.pop(key, None)
@@ -231,7 +269,7 @@ class Engine(Generic[C]):
         answer = await api.patch(resource, meta["name"], patch, meta.get("namespace"))
         if answer is None:
             raise errors.Waiting(f"{resource.kind} {meta['name']} is gone")
-        self.wrote(resource, answer)
+        self.cache.written(resource, answer)
         return answer
 
 

@@ -64,6 +64,30 @@ class Api:
             del self.objects[(resource.plural, name)]
         return copy.deepcopy(body)
 
+    async def json_patch(
+        self,
+        resource: resources.Resource,
+        name: str,
+        operations: list[dict[str, Any]],
+        namespace: str | None = None,
+    ) -> Any:
+        body = self.objects[(resource.plural, name)]
+        finalizers = body["metadata"].setdefault("finalizers", [])
+        for op in operations:
+            index = int(op["path"].rsplit("/", 1)[1])
+            if op["op"] == "test" and (index >= len(finalizers) or finalizers[index] != op["value"]):
+                raise kube.Invalid(422, "Invalid", "the test failed")
+            if op["op"] == "remove":
+                del finalizers[index]
+        return await self.patch(resource, name, {"metadata": {}})
+
+    def touch(self, name: str) -> None:
+        """Someone else's write: a new resourceVersion, and another finalizer put first."""
+        body = self.objects[("things", name)]
+        body["metadata"]["finalizers"].insert(0, "someone.else/first")
+        self.version += 1
+        body["metadata"]["resourceVersion"] = str(self.version)
+
 
 class Calls:
     def __init__(self) -> None:
@@ -129,6 +153,23 @@ async def test_a_deletion_keeps_the_finalizer_until_finalize_has_nothing_left_to
     await process(engine, api)
     assert calls.finalized == 2, "without its finalizer, nothing more is finalized"
     assert calls.reconciled == [], "an object being deleted is never reconciled"
+
+
+async def test_the_finalizer_comes_off_though_finalize_wrote_to_the_object_and_the_list_moved() -> None:
+    api, calls = Api(), Calls()
+    api.put(THINGS, "a", finalizers=[FINALIZER], deletionTimestamp="now")
+    finalize = calls.finalize
+
+    async def writing(ctx: Reads, obj: Mapping[str, Any]) -> Result:
+        api.touch("a")  # a let-go mark, a status: the resourceVersion read before is stale, the index moved
+        return await finalize(ctx, obj)
+
+    calls.finalize = writing  # type: ignore[method-assign]
+    engine = engine_of(calls)
+    await process(engine, api)
+    assert api.objects[("things", "a")]["metadata"]["finalizers"] == ["someone.else/first"]
+    assert calls.finalized == 1, "finalize is not run again to take the finalizer off"
+    assert KEY not in engine._failures
 
 
 async def test_failures_back_off_by_the_errors_own_delay_and_success_resets_the_count() -> None:

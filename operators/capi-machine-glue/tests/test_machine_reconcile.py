@@ -19,6 +19,7 @@ from capfleet.api.baremetal import BaremetalInstanceSpec
 from capfleet.api.libvirt import LibvirtVMSpec
 from capfleet.controller import engine
 from capfleet.controller.caches import WatchCache
+from capfleet.controller.writes import RecordingKube
 from capfleet.resources import Resource
 from capi_machine_glue import deletions, inheritance, machines, summaries
 from capi_machine_glue.contexts import Context
@@ -96,7 +97,9 @@ class FakeKube:
             self.created.append(f"{resource.kind}/{key[1]}")
         return copy.deepcopy(self.objects[key]), True
 
-    async def patch(self, resource: Resource, name: str, patch: Obj, namespace: str | None = None) -> Obj:
+    async def patch(
+        self, resource: Resource, name: str, patch: Obj, namespace: str | None = None, **_: Any
+    ) -> Obj:
         found = self.obj(resource, name)
         _merge(found, patch)
         if "spec" in patch:  # as the API server does for a custom resource with a status subresource
@@ -109,7 +112,7 @@ class FakeKube:
         self.status_patches.append(f"{resource.kind}/{name}")
         _merge(self.obj(resource, name).setdefault("status", {}), patch)
 
-    async def delete(self, resource: Resource, name: str, namespace: str | None = None) -> Obj:
+    async def delete(self, resource: Resource, name: str, namespace: str | None = None, **_: Any) -> Obj:
         self.deletes.append(f"{resource.kind}/{name}")
         found = self.obj(resource, name)
         if "resourceVersion" in found["metadata"]:
@@ -164,7 +167,9 @@ def machine(api: FakeKube, name: str, spec: Obj) -> None:
 
 def context(api: FakeKube) -> Context:
     settings = GlueSettings(deletion_poll_seconds=0.5)
-    return Context(api, events.Recorder(api), settings, WatchCache(), reads=api)  # type: ignore[arg-type]
+    cache = WatchCache()
+    recording = RecordingKube(api, cache)  # type: ignore[arg-type]
+    return Context(recording, events.Recorder(api), cache, settings, reads=api)  # type: ignore[arg-type]
 
 
 async def reconcile(ctx: Context, name: str) -> None:

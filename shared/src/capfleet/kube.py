@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Literal
 
@@ -28,6 +28,7 @@ Propagation = Literal["Foreground", "Background", "Orphan"]
 _JSON = {200: "object", 201: "object", 202: "object"}
 _MERGE_PATCH = "application/merge-patch+json"
 _STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+_JSON_PATCH = "application/json-patch+json"
 _APPLY_PATCH = "application/apply-patch+yaml"
 # Unknown or duplicate fields are refused, not silently pruned: a misspelt key is an error, not a no-op.
 _STRICT = {"fieldValidation": "Strict"}
@@ -242,13 +243,22 @@ class Kube:
         content_type = _STRATEGIC_MERGE_PATCH if strategic else _MERGE_PATCH
         return await self._patch(resource.path(namespace, name), patch, content_type)
 
+    async def json_patch(
+        self, resource: Resource, name: str, operations: Sequence[Obj], namespace: str | None = None
+    ) -> Obj | None:
+        """RFC 6902 JSON patch (a list of operations, `test` among them); None when the object does not
+        exist. A failed `test` is refused as Invalid."""
+        return await self._patch(resource.path(namespace, name), operations, _JSON_PATCH)
+
     async def patch_status(
         self, resource: Resource, name: str, status: Obj, namespace: str | None = None
     ) -> Obj | None:
         """Merge-patch the status subresource; None when the object does not exist."""
         return await self._patch(resource.path(namespace, name, "status"), {"status": status})
 
-    async def _patch(self, path: str, patch: Obj, content_type: str = _MERGE_PATCH) -> Obj | None:
+    async def _patch(
+        self, path: str, patch: Obj | Sequence[Obj], content_type: str = _MERGE_PATCH
+    ) -> Obj | None:
         try:
             return await self._call("PATCH", path, body=patch, query=_STRICT, content_type=content_type)
         except KubeError as exc:

@@ -118,7 +118,7 @@ async def control_plane_endpoint(
             "metadata": metadata,
             "spec": specs.claim_spec(pool, cluster_name).to_wire(),
         }
-        claim = await ctx.create_or_get(CLAIMS, child, namespace)
+        claim, _ = await ctx.kube.create_or_get(CLAIMS, child, namespace)
     update = summaries.child_ready(ENDPOINT, "IPAddressClaim", claim, "Allocated")
     address_name = summaries.address_name(claim)
     if update.status != "True" or not address_name:
@@ -130,7 +130,7 @@ async def control_plane_endpoint(
     endpoint_patch = {
         "spec": {"controlPlaneEndpoint": APIEndpoint(host=host, port=DEFAULT_API_PORT).to_wire()}
     }
-    await ctx.patch(HYBRID_CLUSTERS, name, endpoint_patch, namespace)
+    await ctx.kube.patch(HYBRID_CLUSTERS, name, endpoint_patch, namespace)
     return Update.true(ENDPOINT, "Allocated", f"{host}:{DEFAULT_API_PORT} from {pool.kind} {pool.name}")
 
 

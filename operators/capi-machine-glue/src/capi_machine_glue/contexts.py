@@ -7,7 +7,6 @@ puts the API client, the Event recorder and the settings there, and the engine's
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -15,9 +14,7 @@ from typing import Any
 from capfleet import conditions, errors, reconciling, resources
 from capfleet.api import kinds
 from capfleet.api.base import Condition
-from capfleet.conditions import Update
-from capfleet.controller.caches import Reads, WatchCache
-from capfleet.controller.watching import CACHE_KEY
+from capfleet.controller import contexts as controller
 from capi_machine_glue.settings import GlueSettings
 
 HYBRID_MACHINES = kinds.HYBRID_MACHINE.resource
@@ -33,44 +30,8 @@ INSTANCES = kinds.BAREMETAL_INSTANCE.resource
 
 
 @dataclass
-class Context(reconciling.Context):
+class Context(controller.Context):
     settings: GlueSettings = reconciling.in_memo(reconciling.SETTINGS_KEY)
-    cache: WatchCache = reconciling.in_memo(CACHE_KEY)
-    reads: Reads = dataclasses.field(kw_only=True)
-    """How this reconcile reads: the watch cache when an event brought it, else the API server."""
-
-    async def patch(
-        self, resource: resources.Resource, name: str, patch: dict[str, Any], namespace: str
-    ) -> Mapping[str, Any] | None:
-        """A merge patch whose answer the watch cache keeps: the write's own event is then no news, and a
-        reconcile woken before it arrives reads what was written."""
-        answer = await self.kube.patch(resource, name, patch, namespace)
-        if answer is not None:
-            self.cache.written(resource, answer)
-        return answer
-
-    async def create_or_get(
-        self, resource: resources.Resource, body: dict[str, Any], namespace: str
-    ) -> Mapping[str, Any]:
-        """The child created, or found as an earlier attempt made it; a new one is kept in the watch
-        cache, so a reconcile woken before its first event does not create it again."""
-        found, made = await self.kube.create_or_get(resource, body, namespace)
-        if made:
-            self.cache.created(resource, found)
-        return found
-
-    async def write_status(
-        self,
-        resource: resources.Resource,
-        body: Mapping[str, Any],
-        fields: Mapping[str, Any],
-        updates: list[Update],
-        ready_steps: list[str] | None,
-    ) -> Mapping[str, Any]:
-        """The status written as every operator writes it, its answer kept in the watch cache."""
-        answer = await super().write_status(resource, body, fields, updates, ready_steps)
-        self.cache.written(resource, answer)
-        return answer
 
     async def announce(self, body: Mapping[str, Any], ready: Condition) -> None:
         """A Normal Event when the object becomes Ready, and none while it is not: a machine's Ready is

@@ -46,4 +46,4 @@ async def mirror(
         patch = inherited_patch(child, owner, paused=paused)
         if patch is not None:
             meta = child["metadata"]
-            await ctx.patch(resource, meta["name"], patch, meta["namespace"])
+            await ctx.kube.patch(resource, meta["name"], patch, meta["namespace"])

@@ -180,7 +180,8 @@ class MachineReconcile:
             "metadata": ownership.child_metadata(name, self.body),
             "spec": spec.to_wire(),
         }
-        return await self.ctx.create_or_get(resource, child, self.namespace)
+        found, _ = await self.ctx.kube.create_or_get(resource, child, self.namespace)
+        return found
 
     def planned(self, step: str, plan: Callable[[], T]) -> T:
         """`plan()`'s result; a bad spec it finds is recorded as the step's condition, then raised. A child
@@ -306,7 +307,7 @@ async def provision(run: MachineReconcile, facts: specs.MachineFacts, cluster: H
         provider_id = await metal(run, facts, cluster, allocations)
         infrastructure_step = summaries.SERVER
     if provider_id and spec.provider_id is None:
-        patched = await run.ctx.patch(
+        patched = await run.ctx.kube.patch(
             HYBRID_MACHINES, run.name, {"spec": {"providerID": provider_id}}, run.namespace
         )
         if patched is not None:
@@ -374,7 +375,7 @@ async def vm(
     if facts.joined and not kinds.LIBVIRT_VM.parse(children.vm).spec.cloud_init.remove_user_data:
         # The Node joined: the join token (for a control plane, the CA keys) leaves the hypervisor.
         removed = {"spec": {"cloudInit": {"removeUserData": True}}}
-        children.vm = await run.ctx.patch(LIBVIRT_VMS, facts.name, removed, run.namespace) or children.vm
+        children.vm = await run.ctx.kube.patch(LIBVIRT_VMS, facts.name, removed, run.namespace) or children.vm
     recorder.note(summaries.child_ready(summaries.VM, "LibvirtVM", children.vm, "Running"))
     record = specs.netbox_vm_spec(run.spec, cluster, facts, allocations)
     if record is not None:

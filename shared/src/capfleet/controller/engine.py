@@ -259,18 +259,51 @@ class Engine(Generic[C]):
         return await controller.reconcile(ctx, obj)
 
     async def _set_finalizer(self, api: kube.Kube, obj: Obj, *, add: bool) -> Obj:
-        """Add or remove the controller's finalizer: a merge patch of the whole list with the object's
-        resourceVersion, so a list changed meanwhile is a conflict (retried) rather than overwritten."""
-        meta, finalizer = obj["metadata"], self.controller.finalizer
-        current = finalizers_of(obj)
-        wanted = [*current, finalizer] if add else [f for f in current if f != finalizer]
-        patch = {"metadata": {"finalizers": wanted, "resourceVersion": meta["resourceVersion"]}}
-        resource = self.controller.resource
-        answer = await api.patch(resource, meta["name"], patch, meta.get("namespace"))
+        """Add the controller's finalizer (a merge patch of the whole list with the object's
+        resourceVersion: a list changed meanwhile is a conflict, retried, never overwritten), or remove it
+        by value (`finalizer_removal`), which finalize's own writes to the object cannot make fail."""
+        meta, resource = obj["metadata"], self.controller.resource
+        answer: Obj | None
+        if add:
+            wanted = [*finalizers_of(obj), self.controller.finalizer]
+            patch = {"metadata": {"finalizers": wanted, "resourceVersion": meta["resourceVersion"]}}
+            answer = await api.patch(resource, meta["name"], patch, meta.get("namespace"))
+        else:
+            answer = await self._remove_finalizer(api, obj)
         if answer is None:
             raise errors.Waiting(f"{resource.kind} {meta['name']} is gone")
         self.cache.written(resource, answer)
         return answer
+
+    async def _remove_finalizer(self, api: kube.Kube, obj: Obj) -> Obj | None:
+        """Remove the finalizer where the object (as read, then as it is now) holds it. Finalize usually
+        wrote to the object (a status, a let-go mark), so the resourceVersion read before it is stale;
+        finalize is not run again for that, since what it gave back may no longer be reachable (the
+        Secret's RoleBinding let go of)."""
+        meta, resource = obj["metadata"], self.controller.resource
+        for attempt in range(2):
+            operations = finalizer_removal(finalizers_of(obj), self.controller.finalizer)
+            if not operations:
+                return obj
+            try:
+                return await api.json_patch(resource, meta["name"], operations, meta.get("namespace"))
+            except kube.Invalid:
+                if attempt:
+                    raise
+            current = await api.get(resource, meta["name"], meta.get("namespace"))
+            if current is None:
+                return None
+            obj = current
+        return obj
+
+
+def finalizer_removal(finalizers: list[str], finalizer: str) -> list[dict[str, Any]]:
+    """The JSON patch that removes `finalizer` from a list that reads `finalizers`: a test of its index
+    first, so a list changed meanwhile is refused rather than losing someone else's entry."""
+    if finalizer not in finalizers:
+        return []
+    path = f"/metadata/finalizers/{finalizers.index(finalizer)}"
+    return [{"op": "test", "path": path, "value": finalizer}, {"op": "remove", "path": path}]
 
 
 def as_capfleet_error(exc: Exception, kind: str, key: Key) -> tuple[errors.CapfleetError, str]:

@@ -22,6 +22,7 @@ import kopf
 from capfleet import reconciling
 from capfleet.controller.caches import Reads, WatchCache
 from capfleet.controller.engine import C, Controller, Engine, run_workers, same_kind
+from capfleet.controller.writes import RecordingKube
 from capfleet.kube import Kube
 from capfleet.resources import Resource
 
@@ -88,8 +89,9 @@ def register(
     async def start(memo: kopf.Memo) -> None:
         if ENGINES_KEY in memo:  # kopf retries startup when a later step failed
             return
-        api = reconciling.from_memo(memo, reconciling.KUBE_KEY, Kube)
         cache = WatchCache(frozenset((r.group, r.plural) for r in remember_absence))
+        api = RecordingKube(reconciling.from_memo(memo, reconciling.KUBE_KEY, Kube), cache)
+        memo[reconciling.KUBE_KEY] = api  # every reconcile's writes are told to the cache
         tuned = [tune(memo, c) if tune is not None else c for c in controllers]
         running = Engines(cache, [Engine(controller, cache) for controller in tuned])
         memo[CACHE_KEY], memo[ENGINES_KEY] = cache, running

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from capfleet import errors, kube, metrics
+from capfleet.controller import finalizers
 from capfleet.controller.caches import Reads, WatchCache
 from capfleet.controller.queues import WorkQueue
 from capfleet.resources import Resource
@@ -136,14 +137,6 @@ def same_kind(one: Resource, other: Resource) -> bool:
     return (one.group, one.plural) == (other.group, other.plural)
 
 
-def is_deleting(obj: Obj) -> bool:
-    return bool(obj["metadata"].get("deletionTimestamp"))
-
-
-def finalizers_of(obj: Obj) -> list[str]:
-    return list(obj["metadata"].get("finalizers") or [])
-
-
 @dataclass
 class Engine(Generic[C]):
     """A controller at work: its queue, the watch cache it shares with the operator's other controllers,
@@ -246,64 +239,20 @@ class Engine(Generic[C]):
 
     async def _run(self, ctx: C, api: kube.Kube, obj: Obj) -> Result:
         controller = self.controller
-        present = controller.finalizer in finalizers_of(obj)
-        if is_deleting(obj):
+        present = controller.finalizer in finalizers.finalizers_of(obj)
+        if finalizers.is_deleting(obj):
             if not present:
                 return DONE
             result = await controller.finalize(ctx, obj)
             if result.requeue_after is None:
-                await self._set_finalizer(api, obj, add=False)
+                answer = await finalizers.remove(api, controller.resource, obj, controller.finalizer)
+                if answer is not None:
+                    self.cache.written(controller.resource, answer)
             return result
         if not present and controller.needs_finalizer(obj):
-            obj = await self._set_finalizer(api, obj, add=True)
+            obj = await finalizers.add(api, controller.resource, obj, controller.finalizer)
+            self.cache.written(controller.resource, obj)
         return await controller.reconcile(ctx, obj)
-
-    async def _set_finalizer(self, api: kube.Kube, obj: Obj, *, add: bool) -> Obj:
-        """Add the controller's finalizer (a merge patch of the whole list with the object's
-        resourceVersion: a list changed meanwhile is a conflict, retried, never overwritten), or remove it
-        by value (`finalizer_removal`), which finalize's own writes to the object cannot make fail."""
-        meta, resource = obj["metadata"], self.controller.resource
-        answer: Obj | None
-        if add:
-            wanted = [*finalizers_of(obj), self.controller.finalizer]
-            patch = {"metadata": {"finalizers": wanted, "resourceVersion": meta["resourceVersion"]}}
-            answer = await api.patch(resource, meta["name"], patch, meta.get("namespace"))
-        else:
-            answer = await self._remove_finalizer(api, obj)
-        if answer is None:
-            raise errors.Waiting(f"{resource.kind} {meta['name']} is gone")
-        self.cache.written(resource, answer)
-        return answer
-
-    async def _remove_finalizer(self, api: kube.Kube, obj: Obj) -> Obj | None:
-        """Remove the finalizer where the object (as read, then as it is now) holds it. Finalize usually
-        wrote to the object (a status, a let-go mark), so the resourceVersion read before it is stale;
-        finalize is not run again for that, since what it gave back may no longer be reachable (the
-        Secret's RoleBinding let go of)."""
-        meta, resource = obj["metadata"], self.controller.resource
-        for attempt in range(2):
-            operations = finalizer_removal(finalizers_of(obj), self.controller.finalizer)
-            if not operations:
-                return obj
-            try:
-                return await api.json_patch(resource, meta["name"], operations, meta.get("namespace"))
-            except kube.Invalid:
-                if attempt:
-                    raise
-            current = await api.get(resource, meta["name"], meta.get("namespace"))
-            if current is None:
-                return None
-            obj = current
-        return obj
-
-
-def finalizer_removal(finalizers: list[str], finalizer: str) -> list[dict[str, Any]]:
-    """The JSON patch that removes `finalizer` from a list that reads `finalizers`: a test of its index
-    first, so a list changed meanwhile is refused rather than losing someone else's entry."""
-    if finalizer not in finalizers:
-        return []
-    path = f"/metadata/finalizers/{finalizers.index(finalizer)}"
-    return [{"op": "test", "path": path, "value": finalizer}, {"op": "remove", "path": path}]
 
 
 def as_capfleet_error(exc: Exception, kind: str, key: Key) -> tuple[errors.CapfleetError, str]:

@@ -22,6 +22,7 @@ from capfleet.controller.engine import (
     Watch,
     as_capfleet_error,
     owners,
+    run_workers,
 )
 
 THINGS = resources.Resource("example.capfleet.dev", "v1", "things", "Thing")
@@ -311,3 +312,35 @@ async def test_events_wait_the_settle_time_and_a_burst_is_one_key() -> None:
         )
     assert engine.queue.schedule.take() is None, "not before the settle time"
     assert len(engine.queue.schedule) == 1
+
+
+async def test_a_cancellation_from_within_a_reconcile_fails_that_reconcile_and_not_the_workers() -> None:
+    api, calls = Api(), Calls()
+    api.put(THINGS, "a", finalizers=[FINALIZER])
+    api.put(THINGS, "b", finalizers=[FINALIZER])
+    reconciled: list[str] = []
+    b_done = asyncio.Event()
+
+    async def reconcile(ctx: Reads, obj: Mapping[str, Any]) -> Result:
+        name = obj["metadata"]["name"]
+        reconciled.append(name)
+        if name == "b":
+            b_done.set()
+        if name == "a":
+            cancelled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            cancelled.cancel()  # a shared future another caller cancelled
+            await cancelled
+        return DONE
+
+    controller: Controller[Reads] = Controller(THINGS, FINALIZER, reconcile, calls.finalize, workers=1)
+    engine = Engine(controller)
+    running = asyncio.ensure_future(run_workers(engine, lambda reads: reads, api))  # type: ignore[arg-type]
+    engine.queue.add(KEY)
+    engine.queue.add(Key("ns", "b"))
+    try:
+        await asyncio.wait_for(b_done.wait(), 5)
+        assert reconciled[:2] == ["a", "b"], "the one worker went on after a's cancelled reconcile"
+        assert due(engine) is not None, "a is retried"
+    finally:
+        engine.queue.close()
+        await asyncio.wait_for(running, 5)

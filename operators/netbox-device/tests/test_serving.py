@@ -14,7 +14,6 @@ import pytest
 
 from capfleet import errors, events, pausing, secretholds
 from capfleet.api.base import ConnectionSecretReference
-from capfleet.controller.caches import WatchCache
 from capfleet.kube import Kube
 from capfleet.resources import Resource
 from capfleet.secretholds import Holder
@@ -167,8 +166,7 @@ def context(
     fake = FakeKube()
     kube = cast(Kube, fake)
     shared = Shared(clients=FakeClients(netbox, machines))
-    settings = NetboxSettings(instance=instance)
-    return Context(kube, events.Recorder(kube), WatchCache(), settings, shared, reads=kube), fake
+    return Context(kube, events.Recorder(kube), NetboxSettings(instance=instance), shared), fake
 
 
 def claim(annotations: dict[str, str] | None = None, **status: Any) -> dict[str, Any]:
@@ -257,11 +255,13 @@ async def test_a_paused_claim_only_says_so() -> None:
     assert not netbox.device["custom_fields"]
 
 
-async def test_a_wiped_status_is_rebuilt_from_the_device_already_held_and_claims_no_other() -> None:
+async def test_a_wiped_status_is_rebuilt_from_netbox_and_never_claims() -> None:
     netbox = OneDevice()
     ctx, kube = context(netbox)
+    await device_claims.repair(ctx, claim())
+    assert kube.statuses == [], "nothing held, nothing to rebuild"
     await device_claims.serve(ctx, claim())
-    await device_claims.serve(ctx, claim())  # the object as a wiped status leaves it: no status at all
+    await device_claims.repair(ctx, claim())
     claimed, rebuilt = kube.statuses
     assert rebuilt["deviceID"] == claimed["deviceID"] == 7
     assert conditions(rebuilt) == conditions(claimed)
@@ -314,7 +314,7 @@ async def test_a_vm_is_registered_its_status_rebuilt_and_it_is_deregistered() ->
     assert (record["name"], record["cluster"], record["vcpus"], record["primary_ip4"]) == ("w0", 4, 2, 1)
     assert record["custom_fields"] == {OWNER_FIELD: "mgmt-a/ns/w0"}
 
-    await vm_serving.serve(ctx, vm())  # a wiped status: rebuilt from the record already made
+    await vm_serving.repair(ctx, vm())
     assert kube.statuses[-1]["virtualMachineID"] == 1
     assert kube.events == [("Normal", "Registered")]
 

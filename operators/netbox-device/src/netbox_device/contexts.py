@@ -15,7 +15,6 @@ from capfleet import conditions, errors, instances, pausing, reconciling, secret
 from capfleet.api import kinds
 from capfleet.api.netbox import NetboxDevice, NetboxVirtualMachine
 from capfleet.conditions import Update
-from capfleet.controller import contexts as controller
 from capfleet.resources import Resource
 from netbox_device import selection
 from netbox_device.backends.devices import Devices
@@ -42,7 +41,7 @@ class Shared:
 
 
 @dataclass
-class Context(controller.Context):
+class Context(reconciling.Context):
     settings: NetboxSettings = reconciling.in_memo(reconciling.SETTINGS_KEY)
     shared: Shared = reconciling.in_memo(SHARED_KEY)
 
@@ -79,13 +78,7 @@ class Context(controller.Context):
             instance = await self.instance()
         meta = obj.metadata
         patch = {"metadata": {"annotations": {selection.OWNER_INSTANCE: instance}}}
-        if isinstance(obj, NetboxDevice):
-            # Written as a change, not as this reconcile's own write: the pass its event brings re-reads the
-            # device the claim holds, which on NetBox before 4.6 (no If-Match) is what finds a claim another
-            # management cluster took over after the read-back. A VM record is nobody else's to take.
-            await self.unrecorded.patch(resource, meta["name"], patch, meta["namespace"])
-        else:
-            await self.kube.patch(resource, meta["name"], patch, meta["namespace"])
+        await self.kube.patch(resource, meta["name"], patch, meta["namespace"])
         return selection.owner_of(instance, meta)
 
     async def instance(self) -> str:

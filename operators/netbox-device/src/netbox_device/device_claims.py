@@ -3,7 +3,7 @@
 Level-triggered: every trigger (creation, a restart, a retry, a wiped status) runs `serve`, which first
 asks NetBox which device this object's owner value holds, so the decision is never taken twice. Failures
 become a Ready=False condition carrying NetBox's message and an Event on the transition, and are raised
-again for the engine to retry with the error's own backoff; waiting for a free device retries at the
+again for kopf to retry with the error's own backoff; waiting for a free device retries at the
 configured poll interval.
 """
 
@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from capfleet import conditions, errors
+from capfleet import conditions, errors, pausing, reconciling
 from capfleet.api import kinds
 from capfleet.api.netbox import NetboxDevice
 from capfleet.conditions import Update
 from netbox_device import claiming, contexts, device_status, selection
 from netbox_device.backends.devices import Record
-from netbox_device.contexts import Context
+from netbox_device.contexts import Context, record
 
 RESOURCE = kinds.NETBOX_DEVICE.resource
 
@@ -82,6 +82,25 @@ async def hold_or_claim(ctx: Context, claim: NetboxDevice) -> tuple[dict[str, An
 async def serve(ctx: Context, body: Mapping[str, Any]) -> None:
     claim = kinds.NETBOX_DEVICE.parse(body)
     await contexts.serve(ctx, RESOURCE, body, lambda: hold_or_claim(ctx, claim), "Claimed")
+
+
+def has_status(claim: NetboxDevice) -> bool:
+    return claim.status is not None and bool(claim.status.device_id or claim.status.conditions)
+
+
+async def repair(ctx: Context, body: Mapping[str, Any]) -> None:
+    """Rebuild a wiped status from the device the owner field names; never claims (its handler does)."""
+    claim = kinds.NETBOX_DEVICE.parse(body)
+    if claim.metadata.get("deletionTimestamp") or has_status(claim) or pausing.hands_off(body["metadata"]):
+        return
+    try:
+        devices = await ctx.devices(claim)
+        device = await claiming.held(devices, ctx.owner(claim))
+    except errors.CapfleetError:
+        return  # NetBox cannot tell now; the claim handler reports why and retries
+    if device is not None:
+        found = claimed(device, await devices.interfaces(int(device["id"])))
+        await record(reconciling.Recorder(ctx, RESOURCE, body, None), *found)
 
 
 async def release(ctx: Context, body: Mapping[str, Any]) -> None:

@@ -202,6 +202,14 @@ class Engine(Generic[C]):
         while (key := await self.queue.get()) is not None:
             try:
                 await self.process(key, ctx, api)
+            except asyncio.CancelledError:
+                if cancelled():
+                    raise
+                # A shared future a reconcile awaited was cancelled by another caller: that reconcile
+                # failed, the worker goes on.
+                kind = self.controller.resource.kind
+                log.warning("%s %s/%s: cancelled from within; retried", kind, key.namespace, key.name)
+                self.queue.add_after(key, errors.jittered(errors.BackendUnavailable.retry_base or 2.0))
             finally:
                 self.queue.done(key)
 
@@ -272,11 +280,29 @@ def as_capfleet_error(exc: Exception, kind: str, key: Key) -> tuple[errors.Capfl
     return errors.BackendUnavailable(str(exc)), "error"
 
 
+def cancelled() -> bool:
+    """Whether the running task itself is being cancelled (its worker stops), rather than a future it
+    awaited having been cancelled by someone else."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
 async def run_workers(engine: Engine[C], ctx: Callable[[Reads], C], api: kube.Kube) -> None:
-    """The controller's workers, until the queue is closed (`Engine.queue.close()`)."""
-    workers = [asyncio.ensure_future(engine.work(ctx, api)) for _ in range(engine.controller.workers)]
+    """The controller's workers, until the queue is closed (`Engine.queue.close()`). A worker that ends
+    otherwise (a bug past `process`'s own net) is logged and replaced: one worker's end never stops the
+    others."""
+    workers = {asyncio.ensure_future(engine.work(ctx, api)) for _ in range(engine.controller.workers)}
     try:
-        await asyncio.gather(*workers)
+        while workers:
+            ended, workers = await asyncio.wait(workers, return_when=asyncio.FIRST_COMPLETED)
+            for worker in ended:
+                if engine.queue.closed:
+                    continue
+                failure = worker.exception() if not worker.cancelled() else None
+                log.error(
+                    "a %s worker ended; started again", engine.controller.resource.kind, exc_info=failure
+                )
+                workers.add(asyncio.ensure_future(engine.work(ctx, api)))
     finally:
         for worker in workers:
             worker.cancel()

@@ -126,6 +126,10 @@ class WorkQueue(Generic[K]):
     def forget(self, key: K) -> None:
         self.schedule.forget(key)
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def close(self) -> None:
         """Wake every waiting `get`, which then returns None."""
         self._closed = True

@@ -7,8 +7,8 @@ client in memo with a `RecordingKube` around it: the answer to each patch, JSON 
 deletion, and each object it creates, goes to the watch cache (`WatchCache.written`, `created`), which
 then knows that write's event for what it is. Reads and everything else pass through unchanged.
 
-A write whose event must bring a reconcile (netbox-device's owner mark, whose next pass re-reads what
-NetBox holds) goes through `unrecorded`, the client itself.
+A write whose event must bring a reconcile (a mark whose next pass must re-read what an outside system
+holds) goes through `unrecorded`, the client itself.
 """
 
 from __future__ import annotations

@@ -248,8 +248,11 @@ def test_a_failed_reconcile_is_retried_by_its_errors_policy() -> None:
     api, result = as_capfleet_error(kube.KubeError(500, "InternalError", "etcd"), "Thing", KEY)
     assert result == "error"
     assert isinstance(api, errors.BackendUnavailable)
+    # API answers are retried by what they mean, as for kopf's handlers (runtime.api_error).
     conflict, result = as_capfleet_error(kube.Conflict(409, "Conflict", "changed"), "Thing", KEY)
-    assert (result, conflict.delay(0)) == ("retry", errors.BackendUnavailable("x").delay(0))
+    assert (result, type(conflict)) == ("retry", errors.Conflict)
+    refused, result = as_capfleet_error(kube.KubeError(403, "Forbidden", "no"), "Thing", KEY)
+    assert isinstance(refused, errors.BackendRejected)
     bug, result = as_capfleet_error(KeyError("x"), "Thing", KEY)
     assert result == "error"
     assert bug.delay(0) == errors.BackendUnavailable("x").delay(0)

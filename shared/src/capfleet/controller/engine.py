@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from capfleet import errors, kube, metrics
+from capfleet import errors, kube, metrics, runtime
 from capfleet.controller import finalizers
 from capfleet.controller.caches import Reads, WatchCache
 from capfleet.controller.queues import WorkQueue
@@ -97,11 +97,6 @@ def owners(kind: str) -> Callable[[Obj], list[Key]]:
         return [Key(meta.get("namespace"), ref["name"]) for ref in refs if ref.get("kind") == kind]
 
     return keys
-
-
-def itself(obj: Obj) -> list[Key]:
-    """The mapping of an object to itself (a kind watched by two controllers, each its own key)."""
-    return [Key.of(obj)]
 
 
 @dataclass
@@ -202,14 +197,6 @@ class Engine(Generic[C]):
         while (key := await self.queue.get()) is not None:
             try:
                 await self.process(key, ctx, api)
-            except asyncio.CancelledError:
-                if cancelled():
-                    raise
-                # A shared future a reconcile awaited was cancelled by another caller: that reconcile
-                # failed, the worker goes on.
-                kind = self.controller.resource.kind
-                log.warning("%s %s/%s: cancelled from within; retried", kind, key.namespace, key.name)
-                self.queue.add_after(key, errors.jittered(errors.BackendUnavailable.retry_base or 2.0))
             finally:
                 self.queue.done(key)
 
@@ -227,7 +214,11 @@ class Engine(Generic[C]):
                 self._failures.pop(key, None)
                 return
             result = await self._run(ctx(reads), api, obj)
-        except Exception as exc:  # every failure is retried: the worker must outlive it
+        except (Exception, asyncio.CancelledError) as exc:  # every failure is retried: the worker outlives it
+            if isinstance(exc, asyncio.CancelledError) and cancelled():
+                raise  # the worker itself is stopping
+            # A CancelledError otherwise comes from a shared future another caller cancelled: this
+            # reconcile failed like any other.
             error, outcome = as_capfleet_error(exc, controller.resource.kind, key)
             failures = self._failures.get(key, 0)
             self._failures[key] = failures + 1
@@ -263,20 +254,19 @@ class Engine(Generic[C]):
         return await controller.reconcile(ctx, obj)
 
 
-def as_capfleet_error(exc: Exception, kind: str, key: Key) -> tuple[errors.CapfleetError, str]:
-    """The capfleet error whose retry policy applies to a failed reconcile, and the outcome to count.
-    An API error or an unexpected failure is retried as an unavailable backend is."""
+def as_capfleet_error(exc: BaseException, kind: str, key: Key) -> tuple[errors.CapfleetError, str]:
+    """The capfleet error whose retry policy applies to a failed reconcile, and the outcome to count. An
+    API server answer is retried by what it means (`runtime.api_error`, as for kopf's handlers); an
+    unexpected failure as an unavailable backend is."""
     where = f"{kind} {key.namespace}/{key.name}" if key.namespace else f"{kind} {key.name}"
     if isinstance(exc, errors.CapfleetError):
         log.info("%s: %s: %s", where, exc.reason, exc.message)
         return exc, "permanent" if exc.retry_base is None else "retry"
-    if isinstance(exc, kube.Conflict):
-        log.info("%s: changed meanwhile, again: %s", where, exc)
-        return errors.BackendUnavailable(str(exc)), "retry"
     if isinstance(exc, kube.KubeError):
-        log.warning("%s: API error: %s", where, exc)
-    else:
-        log.error("%s: reconcile failed", where, exc_info=exc)
+        error = runtime.api_error(exc)
+        log.log(logging.INFO if exc.status == 409 else logging.WARNING, "%s: %s", where, error.message)
+        return error, "retry" if exc.status == 409 else "error"
+    log.error("%s: reconcile failed", where, exc_info=exc)
     return errors.BackendUnavailable(str(exc)), "error"
 
 

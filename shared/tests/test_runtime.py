@@ -183,28 +183,6 @@ def test_the_marks_an_operator_writes_itself_are_not_changes_kopf_handles() -> N
     assert storage.fetch(body=guest) != storage.build(body=guest), "the guest's mark is a change to handle"
 
 
-def test_a_mark_quiet_on_one_kind_is_a_change_on_another() -> None:
-    settings = kopf.OperatorSettings()
-    mark = "netbox.capfleet.dev/owner-instance"
-    identity = runtime.Identity("netbox-device", quiet_marks_by_kind={"NetboxVirtualMachine": (mark,)})
-    runtime.configure(settings, identity, runtime.Options())
-    storage = settings.persistence.diffbase_storage
-
-    def handled_then_marked(kind: str) -> tuple[kopf.Body, kopf.Body]:
-        raw = {"apiVersion": "v1", "kind": kind, "metadata": {"name": "t"}, "spec": {"a": 1}}
-        before = kopf.Body(raw)  # type: ignore[arg-type]
-        patch = kopf.Patch()
-        storage.store(body=before, patch=patch, essence=storage.build(body=before))
-        annotations = {**patch["metadata"]["annotations"], mark: "mc-1"}
-        after = kopf.Body({**raw, "metadata": {"name": "t", "annotations": annotations}})  # type: ignore[arg-type]
-        return before, after
-
-    _, vm = handled_then_marked("NetboxVirtualMachine")
-    assert storage.fetch(body=vm) == storage.build(body=vm), "on a VM record: no change to handle"
-    _, device = handled_then_marked("NetboxDevice")
-    assert storage.fetch(body=device) != storage.build(body=device), "on a device claim: a change"
-
-
 async def test_a_deletion_handler_ends_with_kopfs_patch_and_never_runs_again_for_what_it_released() -> None:
     """kopf may run a deletion handler again for a watch event older than the object's release (its
     consistency timeout passed before the watch showed the object gone): the handler must not act on a

@@ -15,9 +15,14 @@ T = TypeVar("T")
 
 
 async def eventually(
-    what: str, probe: Callable[[], Awaitable[T | None]], within: float = 60.0, interval: float = 0.2
+    what: str,
+    probe: Callable[[], Awaitable[T | None]],
+    within: float = 60.0,
+    interval: float = 0.2,
+    seen: Callable[[], object] | None = None,
 ) -> T:
-    """Await `probe` until it returns something other than None or False; raise after `within` s."""
+    """Await `probe` until it returns something other than None or False; raise after `within` s, saying
+    what the probe last returned, or what `seen` says when the probe keeps what it saw to itself."""
     deadline = time.monotonic() + within
     last: object = None
     while True:
@@ -25,5 +30,6 @@ async def eventually(
         if last is not None and last is not False:
             return last
         if time.monotonic() >= deadline:
+            last = last if seen is None else seen()
             raise AssertionError(f"timed out after {within:.0f}s waiting for {what}; last seen: {last!r}")
         await asyncio.sleep(interval)

@@ -113,6 +113,15 @@ async def test_read_back_resolves_races_to_the_last_writer() -> None:
             assert devices.records[device_id]["custom_fields"][OWNER_FIELD] == owner
 
 
+async def test_without_if_match_a_claimant_slower_than_the_settle_delay_writes_nothing() -> None:
+    devices = FakeDevices(1, etags=False)
+    slow = claiming.Claimant("m0/ns/c0", NetboxDeviceSelector(), DeviceClaim(), settle_seconds=0.0)
+    assert await claiming.attempt(devices, 1, slow, None) is None
+    assert devices.records[1]["version"] == 0, "a claim read free too long ago is not written"
+    prompt = claiming.Claimant("m0/ns/c0", NetboxDeviceSelector(), DeviceClaim(), settle_seconds=5.0)
+    assert await claiming.attempt(devices, 1, prompt, None) is not None
+
+
 async def test_claims_of_one_process_share_listings_and_never_try_one_device_twice() -> None:
     """Sixty claims at once in one process and a page of 25: each claim takes the next device a listing
     showed and only a claim that finds none left lists again, so every one is claimed in one go, on three

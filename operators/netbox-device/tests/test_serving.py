@@ -14,10 +14,12 @@ import pytest
 
 from capfleet import errors, events, pausing, secretholds
 from capfleet.api.base import ConnectionSecretReference
+from capfleet.controller.caches import WatchCache
+from capfleet.controller.engine import DONE, Result
 from capfleet.kube import Kube
 from capfleet.resources import Resource
 from capfleet.secretholds import Holder
-from netbox_device import device_claims, vm_serving
+from netbox_device import claiming, device_claims, vm_serving
 from netbox_device.backends.devices import Devices
 from netbox_device.backends.machines import Machines
 from netbox_device.clients import Clients
@@ -166,7 +168,8 @@ def context(
     fake = FakeKube()
     kube = cast(Kube, fake)
     shared = Shared(clients=FakeClients(netbox, machines))
-    return Context(kube, events.Recorder(kube), NetboxSettings(instance=instance), shared), fake
+    settings = NetboxSettings(instance=instance)
+    return Context(kube, events.Recorder(kube), WatchCache(), settings, shared, reads=kube), fake
 
 
 def claim(annotations: dict[str, str] | None = None, **status: Any) -> dict[str, Any]:
@@ -231,6 +234,24 @@ async def test_a_device_claimed_before_names_were_recorded_stays_held_under_the_
     assert netbox.owner_lookups == 1
 
 
+async def test_a_claim_made_without_if_match_is_checked_again_once_a_late_write_could_have_landed() -> None:
+    netbox = OneDevice()
+    netbox.etags = False
+    ctx, kube = context(netbox)
+    first = await device_claims.serve(ctx, claim({OWNER_INSTANCE: "mgmt-a"}))
+    assert first == Result(ctx.settings.settle_seconds + claiming.RECHECK_SECONDS)
+    # The check finds it still held: nothing more to look for until something changes.
+    assert await device_claims.serve(ctx, claim({OWNER_INSTANCE: "mgmt-a"})) == DONE
+    # Taken over by another management cluster's late write: the next check claims again.
+    netbox.device["custom_fields"][OWNER_FIELD] = "mgmt-b/ns/m9"
+    with pytest.raises(device_claims.NoFreeDevice):
+        await device_claims.serve(ctx, claim({OWNER_INSTANCE: "mgmt-a"}))
+    assert conditions(kube.statuses[-1])["Ready"][:2] == ("False", "NoFreeDevice")
+    netbox.etags = True
+    netbox.device.update(custom_fields={}, status={"value": "inventory"})
+    assert await device_claims.serve(ctx, claim({OWNER_INSTANCE: "mgmt-a"})) == DONE, "If-Match is final"
+
+
 async def test_no_free_device_is_ready_false_and_retried_at_the_poll_interval() -> None:
     ctx, kube = context(OneDevice(free=False))
     with pytest.raises(device_claims.NoFreeDevice) as raised:
@@ -255,13 +276,11 @@ async def test_a_paused_claim_only_says_so() -> None:
     assert not netbox.device["custom_fields"]
 
 
-async def test_a_wiped_status_is_rebuilt_from_netbox_and_never_claims() -> None:
+async def test_a_wiped_status_is_rebuilt_from_the_device_already_held_and_claims_no_other() -> None:
     netbox = OneDevice()
     ctx, kube = context(netbox)
-    await device_claims.repair(ctx, claim())
-    assert kube.statuses == [], "nothing held, nothing to rebuild"
     await device_claims.serve(ctx, claim())
-    await device_claims.repair(ctx, claim())
+    await device_claims.serve(ctx, claim())  # the object as a wiped status leaves it: no status at all
     claimed, rebuilt = kube.statuses
     assert rebuilt["deviceID"] == claimed["deviceID"] == 7
     assert conditions(rebuilt) == conditions(claimed)
@@ -314,7 +333,7 @@ async def test_a_vm_is_registered_its_status_rebuilt_and_it_is_deregistered() ->
     assert (record["name"], record["cluster"], record["vcpus"], record["primary_ip4"]) == ("w0", 4, 2, 1)
     assert record["custom_fields"] == {OWNER_FIELD: "mgmt-a/ns/w0"}
 
-    await vm_serving.repair(ctx, vm())
+    await vm_serving.serve(ctx, vm())  # a wiped status: rebuilt from the record already made
     assert kube.statuses[-1]["virtualMachineID"] == 1
     assert kube.events == [("Normal", "Registered")]
 

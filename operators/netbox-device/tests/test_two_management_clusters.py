@@ -62,12 +62,20 @@ async def test_two_instances_race_without_a_double_claim(
             )
         )
 
+        seen: dict[str, dict[str, str | None]] = {}
+
         async def settled() -> dict[str, dict[str, str | None]] | None:
             found = {ns: await reasons(kube, DEVICES, ns) for ns in clusters}
             flat = [reason for by_name in found.values() for reason in by_name.values()]
+            seen.update(found)
             return found if flat.count("Claimed") == 10 and flat.count("NoFreeDevice") == 6 else None
 
-        found = await eventually("10 claimed and 6 waiting across both clusters", settled, within=120)
+        found = await eventually(
+            "10 claimed and 6 waiting across both clusters",
+            settled,
+            within=120,
+            seen=lambda: (seen, {owner: device["id"] for owner, device in owned_devices(netbox).items()}),
+        )
         claimed_ids = []
         for ns, by_name in found.items():
             for obj in await kube.list(DEVICES, ns):

@@ -137,9 +137,8 @@ async def test_the_operator_asks_netbox_once_for_the_vm_a_new_record_holds(
 ) -> None:
     """A new record's first pass asks what its owner holds once: settling the owner and registering
     under it share the answer, and with the instance name derived (not configured), the owner a record
-    made before names were recorded would hold under and this cluster's are asked in one listing. No
-    repair asks while that pass is under way (the events of a record not yet handled once used to, two
-    per record). At N = 100 in make bench-fleet these were 3 of the 14 NetBox requests a VM cost."""
+    made before names were recorded would hold under and this cluster's are asked in one listing. The
+    record's own writes (its owner mark, its status) bring no second pass."""
     ensure_custom_fields(netbox)
     netbox.seed(
         {
@@ -160,12 +159,6 @@ async def test_the_operator_asks_netbox_once_for_the_vm_a_new_record_holds(
     await kube.create(MACHINES, vm_body(netbox, name, interfaces=interfaces), namespace)
     await wait_reason(kube, MACHINES, namespace, name, "Registered")
 
-    async def handled() -> bool:
-        found = await kube.get(MACHINES, name, namespace) or {}
-        annotations = found.get("metadata", {}).get("annotations") or {}
-        return "netbox-device.capfleet.dev/last-handled-configuration" in annotations
-
-    await eventually("kopf's record of the first pass", handled)
     assert netbox.faults.count("GET", "/api/virtualization/virtual-machines/") == 1
     assert netbox.faults.count("POST", "/api/virtualization/virtual-machines/") == 1
 

@@ -1,12 +1,12 @@
 """Many callers asking one thing each, answered by one request for them all (group commit).
 
 Hundreds of objects reconcile at once when a fleet is applied, and each asked an outside system alone for
-its own piece: at N = 500 in `make bench-fleet` every NetBox claim made about eight requests of its own
-(the device its owner holds, the device it tries, the read-back, the journal entry, the interfaces), each
-paying NetBox's whole per-request cost (authentication, middleware, a transaction), and NetBox was what
-claims waited for. A `Batch` sends what its callers ask as one request, and everything asked while that
-request is in flight as the next one: a caller alone waits for nothing more than its own request, a crowd
-shares requests, and their size follows the load without a timer to tune.
+its own piece: every NetBox claim made several requests of its own (the device its owner holds, the device
+it tries, the read-back, the journal entry, the interfaces), each paying NetBox's whole per-request cost
+(authentication, middleware, a transaction), and NetBox was what claims waited for. A `Batch` sends what
+its callers ask as one request, and everything asked while that request is in flight as the next one: a
+caller alone waits for nothing more than its own request, a crowd shares requests, and their size follows
+the load without a timer to tune.
 """
 
 from __future__ import annotations

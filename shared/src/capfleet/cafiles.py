@@ -3,10 +3,10 @@ sushy).
 
 A connection Secret carries its `caBundle` as PEM text. Each connection used to write it to a temporary
 file of its own, removed when the connection closed: a process killed with connections open left them in
-/tmp (ten after each `make bench-fleet` run), and NetBox clients never removed theirs. Here a bundle is one
-file per distinct bundle, named by its digest, in a directory only this user may write: connections to the
-same BMCs or NetBox share it, and nothing accumulates. A CA bundle is public, so the file needs no removing;
-it is written whole and renamed into place, so a reader never sees half of it.
+/tmp, and NetBox clients never removed theirs. Here a bundle is one file per distinct bundle, named by its
+digest, in a directory only this user may write: connections to the same BMCs or NetBox share it, and
+nothing accumulates. A CA bundle is public, so the file needs no removing; it is written whole and
+renamed into place, so a reader never sees half of it.
 """
 
 from __future__ import annotations

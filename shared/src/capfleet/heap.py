@@ -4,11 +4,10 @@ CPython hands every object larger than 512 bytes (JSON text, dict tables of larg
 to the C library's malloc. glibc keeps what is freed for reuse and returns it to the system only from
 the top of each heap, so after a burst (hundreds of machines provisioned at once) a few live objects
 scattered through the heaps pin the rest: the process stays at its peak. `malloc_trim(0)` releases the
-free pages wherever they are. Run by hand with gdb on idle operators after `make bench-fleet N=100`, it
-took capi-machine-glue from 114.6 to 88.1 MiB, baremetal-provision from 115.9 to 100.0 and netbox-device
-from 86.2 to 78.8. It takes 16 ms to give back 113 MiB and 1 ms when there is nothing to give (in
-`shared/tests/test_heap.py`'s churn, on this machine). So every operator trims once a minute
-(`keep_trimmed`), in a thread: malloc_trim releases the GIL but holds each heap's lock while it walks it.
+free pages wherever they are, so an idle operator shrinks back after a burst. It is cheap (milliseconds
+to give back a burst's worth, next to nothing when there is nothing to give), so every operator trims once
+a minute (`keep_trimmed`), in a thread: malloc_trim releases the GIL but holds each heap's lock while it
+walks it.
 
 Other C libraries (musl, macOS) have no malloc_trim: there `trimmer()` is None and nothing runs.
 """

@@ -94,10 +94,10 @@ def proxy_from_environment(configuration: client.Configuration) -> None:
 def _stop_reading_the_environment(api: client.ApiClient) -> None:
     """kubernetes_asyncio opens its session with `trust_env`, so aiohttp looked up `.netrc` and the proxy
     variables again for every request, each in a thread of the default executor: two thread hops per
-    request (6 % of ipam-address's CPU samples in `make bench-ipam`), and a `.netrc` entry for the API
-    server's host failed every request (Basic auth beside the bearer token). The proxy is resolved once
-    (`proxy_from_environment`); `.netrc` is not for the API server, whose credentials are the kubeconfig's.
-    aiohttp offers no setter: a test fails if this attribute stops meaning what it does."""
+    request, and a `.netrc` entry for the API server's host failed every request (Basic auth beside the
+    bearer token). The proxy is resolved once (`proxy_from_environment`); `.netrc` is not for the API
+    server, whose credentials are the kubeconfig's. aiohttp offers no setter: a test fails if this
+    attribute stops meaning what it does."""
     session = api.rest_client.pool_manager
     session._trust_env = False
 
@@ -168,9 +168,8 @@ class Kube:
 
     def _pool_note(self) -> str:
         """How busy the client's connection pool is, for a request that failed: a timeout with every
-        connection in use waited for one and never reached the API server (at N = 500 in
-        `make bench-fleet` an operator's requests timed out for minutes without reaching it). aiohttp
-        keeps the count private: nothing when it cannot be read."""
+        connection in use waited for one and never reached the API server, however idle the server.
+        aiohttp keeps the count private: nothing when it cannot be read."""
         rest = getattr(self._api, "rest_client", None)
         connector = getattr(getattr(rest, "pool_manager", None), "connector", None)
         acquired, limit = getattr(connector, "_acquired", None), getattr(connector, "limit", None)

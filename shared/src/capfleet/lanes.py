@@ -4,9 +4,9 @@ pynetbox, sushy, pyghmi and libvirt block; operators call them from worker threa
 would use the loop's default executor, which has only `min(32, CPUs + 4)` threads (six on two cores), and
 which aiohttp needs too: the API client kubernetes_asyncio builds opens its session with `trust_env`, so
 every API request first looks up `.netrc` and the proxy settings in that executor. With NetBox slow under
-500 claims, netbox-device's pynetbox calls queued in it by the hundred, each waiting up to its own timeout,
-and the operator's API requests queued behind them: for five minutes none reached the API server, each
-failing after its 60 s timeout with the event loop idle (`make bench-fleet N=500`).
+many claims, netbox-device's pynetbox calls would fill it, each waiting up to its own timeout, and the
+operator's API requests would queue behind them and time out without reaching the API server, while the
+event loop sat idle.
 
 So each blocking backend gets a `Lane`: a bounded pool of named threads (`capfleet-netbox_0`, …) that
 also caps how many calls an operator has open against that system at once. Work that does not fit waits

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from capfleet import ownership
 
@@ -22,8 +22,6 @@ class Identity:
 
     name: str
     quiet_marks: tuple[str, ...] = ()
-    quiet_marks_by_kind: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
-    """Quiet marks on objects of one kind only (by `kind`)."""
     quiet_fields: tuple[tuple[str, ...], ...] = ()
     """Fields (paths such as ("spec", "hypervisorName")) that only its reconcile sets, once, and follows in
     the same pass: their writes need not wake it either."""
@@ -46,11 +44,6 @@ class Identity:
     @property
     def annotation_prefix(self) -> str:
         return f"{self.name}.capfleet.dev"
-
-    @property
-    def handled_annotation(self) -> str:
-        """Where kopf records the spec it last handled: present once an object was handled at least once."""
-        return f"{self.annotation_prefix}/{HANDLED_KEY}"
 
     @property
     def released_annotation(self) -> str:

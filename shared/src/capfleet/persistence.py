@@ -62,29 +62,3 @@ class ProgressStorage(kopf.AnnotationsProgressStorage):
                 del patch["metadata"]["annotations"]
             if not patch["metadata"]:
                 del patch["metadata"]
-
-
-class RecordedSpec(kopf.AnnotationsDiffBaseStorage):
-    """kopf's record of what it handled (an annotation), leaving out, besides `ignored_fields`, the
-    annotations that are quiet on one kind of object only (`quiet_by_kind`, by `kind`): a mark whose
-    write must wake the reconcile of one kind may be of no consequence on another."""
-
-    def __init__(
-        self,
-        *,
-        prefix: str,
-        key: str,
-        ignored_fields: list[tuple[str, ...]],
-        quiet_by_kind: Mapping[str, tuple[str, ...]],
-    ) -> None:
-        super().__init__(prefix=prefix, key=key, ignored_fields=ignored_fields)
-        self.quiet_by_kind = dict(quiet_by_kind)
-
-    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
-        essence = super().build(body=body, extra_fields=extra_fields)
-        annotations = essence.get("metadata", {}).get("annotations")
-        if annotations:
-            for mark in self.quiet_by_kind.get(str(body.get("kind", "")), ()):
-                annotations.pop(mark, None)
-            self.remove_empty_stanzas(essence)
-        return essence

@@ -82,7 +82,7 @@ def configure(
     # What saves those patches is fewer handlings: a quiet mark (one the reconcile wrote itself, or one
     # it never decides on) is left out of what kopf compares, so writing it wakes no handler (and needs
     # no record).
-    recorded = persistence.RecordedSpec(
+    recorded = kopf.AnnotationsDiffBaseStorage(
         prefix=identity.annotation_prefix,
         key=HANDLED_KEY,
         ignored_fields=[
@@ -97,7 +97,6 @@ def configure(
             ),
             *identity.quiet_fields,
         ],
-        quiet_by_kind=identity.quiet_marks_by_kind,
     )
     settings.persistence.diffbase_storage = (
         recorded if handled is None else persistence.SelfRecordingDiffBase(recorded, handled)
@@ -127,7 +126,7 @@ def api_error(exc: KubeError) -> errors.CapfleetError:
     """The retry an API server answer the handler did not expect calls for: a conflict at once, a refusal
     slowly (someone must fix RBAC), anything else (a 5xx, a 504 from an API server too busy to answer in
     time) as any backend that is unavailable: 2 s, doubling. kopf's own default for an error it does not
-    know is a flat 60 s; at N = 100 in `make bench-fleet` one 504 held a server's deletion that long."""
+    know is a flat 60 s, so one 504 would hold a server's deletion that long."""
     message = f"API server: {exc}"
     if exc.status == 409:
         return errors.Conflict(message)
@@ -198,14 +197,13 @@ def releases_at_once(
     kopf removes its finalizer with a JSON patch tested against the resourceVersion it last knew: its own
     merge-patch's answer in that handling cycle, else the body the cycle began with. A deletion handler
     that wrote to its object meanwhile (marks, status, the let-go annotation) makes that test fail, and
-    kopf tries again at each watch event queued while the handler ran, one refused patch per write: at
-    N = 10 in `make bench-fleet`, eight per BaremetalInstance and three per HybridMachine. A successful
-    handler therefore ends with an annotation through kopf's patch (when the object was released): kopf
-    merge-patches it first, and tests the finalizer's removal against the answer.
+    kopf tries again at each watch event queued while the handler ran, one refused patch per write. A
+    successful handler therefore ends with an annotation through kopf's patch (when the object was
+    released): kopf merge-patches it first, and tests the finalizer's removal against the answer.
 
     The events still queued are then older than the object's end, and kopf runs a deletion handler again
     for one such event when the watch has not shown the object gone within its consistency timeout (5 s):
-    at N = 100 under load, a BaremetalInstance already deleted was deprovisioned again (its BMC asked, its
+    under load, a BaremetalInstance already deleted would be deprovisioned again (its BMC asked, its
     Secret held and let go again). So an object released here is remembered by UID for ten minutes, and its
     handler is not run again in that time (kopf's removal of a finalizer already gone then finds nothing)."""
 

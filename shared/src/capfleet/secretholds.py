@@ -225,9 +225,8 @@ class Batches:
     """What the callers of one process ask of one Secret at once, in as few requests: reads answered by
     one GET, and finalizer changes written as one patch per batch (`capfleet.batching`: while one patch is
     in flight, the changes asked meanwhile wait and go together in the next). A Secret shared by hundreds
-    of holders (one NetBox connection, one BMC password for a rack) was otherwise as many requests at once
-    for one object, each patch rewriting its list of finalizers: at N = 500 in `make bench-fleet` most of
-    those patches timed out."""
+    of holders (one NetBox connection, one BMC password for a rack) would otherwise be as many requests at
+    once for one object, each patch rewriting its list of finalizers: under load, most of them time out."""
 
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
@@ -235,9 +234,9 @@ class Batches:
         self._reads: dict[str, asyncio.Future[Obj | None]] = {}
 
     async def read(self, namespace: str, name: str) -> Obj | None:
-        """The Secret as one GET in flight reads it for every caller that asks meanwhile: at N = 500 in
-        `make bench-fleet` every claim and every server read the one shared Secret at once, and those GETs
-        queued past their timeout on a busy API server."""
+        """The Secret as one GET in flight reads it for every caller that asks meanwhile: claims and servers
+        reconciling at once would each read the one shared Secret, and on a busy API server those GETs queue
+        past their timeout."""
         key = f"{namespace}/{name}"
         flight = self._reads.get(key)
         if flight is None:

@@ -1,8 +1,7 @@
 """Reading an object once per version.
 
 kopf asks about the same object version several times per event: each handler's `when` filter, each
-index, the record of what it handled, then the handler itself. For an IPAddressClaim in `make bench-ipam`
-that was five pydantic parses per event, three events per claim (5.6 % of ipam-address's CPU samples).
+index, the record of what it handled, then the handler itself, each with a pydantic parse of its own.
 An object's `(uid, resourceVersion)` names one content for good, so what a pure function reads from it
 can be kept: `per_version` remembers the latest answers (an object without both fields, as tests build,
 is read every time). Tests that build two contents under one version call `forget()` between them.

@@ -86,8 +86,8 @@ written by the boot server, a person's (detached, paused), and the failed-attemp
 may reset it) do wake it."""
 UNHEEDED_GUEST_MARKS = (BOOT_REQUESTER, CLEANING_REQUESTER, CALLBACK_KEY_FETCHED, CLEANING_KEY_FETCHED)
 """The guest's marks that only the boot server reads (whom it serves, and that a key was served once): no
-phase, action or status follows from them, so they wake no reconcile either (at N = 500 in
-`make bench-fleet` each woke one: a kopf record, a Secret read and a BMC query per mark and machine)."""
+phase, action or status follows from them, so they wake no reconcile either (each would cost a kopf
+record, a Secret read and a BMC query per mark and machine)."""
 QUIET_MARKS = OWN_MARKS + UNHEEDED_GUEST_MARKS
 
 

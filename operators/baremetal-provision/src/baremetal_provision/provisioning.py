@@ -127,10 +127,10 @@ class Pass:
     async def refresh(self) -> bool:
         """Read the instance afresh, once per pass, before its first action on the BMC; False when it is
         gone. A pass may start from an event the watch delivered late and then wait for the instance's
-        lock: at N = 500 in `make bench-fleet`, passes holding the instance as it was before its network
-        boot booted nine servers a second time within one attempt, and their installers, refused the
-        callback key the first boot had fetched (it is served once), could not call back until the
-        attempt's deadline. Decisions rest on the marks, so they must be the latest before acting."""
+        lock: a pass holding the instance as it was before its network boot would boot the server a
+        second time within one attempt, and its installer, refused the callback key the first boot had
+        fetched (it is served once), could not call back until the attempt's deadline. Decisions rest on
+        the marks, so they must be the latest before acting."""
         found = await self.ctx.current(self.instance)
         if found is None:
             return False
@@ -243,9 +243,8 @@ def deprovisioning_decision(facts: SystemFacts, run: Pass) -> phases.Decision:
 async def drive(run: Pass, decide: Decide, report_after: Collection[str] = ()) -> phases.Decision:
     """Observe, decide, act, until the decision is to wait or done (returned). The status is written where
     the pass ends, and before an action only when it starts a phase (not for those in `report_after`),
-    so a slow action shows what it is doing: the power flips in between are not written (at N = 10 in
-    `make bench-fleet` they were half of the status writes). Raises Waiting when the BMC does not settle
-    in MAX_STEPS."""
+    so a slow action shows what it is doing: the power flips in between are not written (they would be
+    a good part of the status writes). Raises Waiting when the BMC does not settle in MAX_STEPS."""
     reported: phases.Phase | None = None
     for _ in range(MAX_STEPS):
         facts = await run.target.facts()

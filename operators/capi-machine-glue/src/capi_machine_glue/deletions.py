@@ -48,8 +48,8 @@ class ChildrenRemaining(errors.Waiting):
 DELETION_REPORT_GRACE_SECONDS = 10.0
 """How long a deletion waits for the children before the status says which it waits for. On a quiet fleet
 a VM's children go within seconds and the deletion writes no status; a server's cleaning takes minutes,
-and the deletion's polls write it then. (When a whole fleet is deleted at once the children take longer:
-at N = 100 in `make bench-fleet` the HybridMachine status writes while deleting stayed at 2.9 per machine.)"""
+and the deletion's polls write it then. (When a whole fleet is deleted at once the children take longer,
+and each deletion writes its status a few times.)"""
 
 
 async def _delete_owned(
@@ -95,8 +95,8 @@ async def delete(ctx: Context, body: Obj) -> None:
             "reconciliation is paused; deletion resumes when unpaused", poll_seconds=poll, reason="Paused"
         )
     # A machine's kind (VM or server) never changes (its CRD refuses that), so only the children of its
-    # kind are looked for: at N = 500 in `make bench-fleet`, a server's deletion asked for the two VM
-    # children in vain at each of its 11.6 looks.
+    # kind are looked for: a server's deletion would otherwise ask for the two VM children in vain at
+    # each of its looks.
     machine_first: list[tuple[Resource, str]]
     if spec.vm is not None:
         machine_first, then = [(LIBVIRT_VMS, name), (NETBOX_VMS, name)], []

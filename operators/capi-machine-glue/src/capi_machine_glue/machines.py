@@ -59,8 +59,7 @@ machine. The wait ends with the event of the ownerReference, or with the retry a
 class AwaitingReport(engine.TimedWait):
     """Not written to status: the step the machine is at waits for a child just created, which has not
     reported yet (`summaries.REPORT_GRACE_SECONDS`). The retry comes once that grace is over, and reads
-    from the watch cache (at N = 100 in `make bench-fleet`, reading from the API server cost the glue 3
-    more requests per machine)."""
+    from the watch cache (reading from the API server would cost the glue more requests per machine)."""
 
     def __init__(self, message: str, *, seconds_left: float) -> None:
         super().__init__(message, reason="AwaitingReport")

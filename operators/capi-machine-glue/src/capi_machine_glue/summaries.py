@@ -60,10 +60,9 @@ REPORT_GRACE_SECONDS = 20.0
 """How long a child just created may go without reporting before the machine's status says it waits for
 that child. Saying at once that it has not reported cost a HybridMachine status write per child, and a
 Cluster API Machine reconcile after each. The wait ends with the child's report, whose event wakes the
-machine, or with the retry when the grace is over. At N = 100 in `make bench-fleet` (all machines at
-once) IPAddressClaims reported p50 4.8 s after their creation (at most 10.6 s) and BaremetalInstances
-p50 12.4 s (at most 17.8 s); NetboxDevices, LibvirtVMs and NetBox records took 60-110 s, queued behind
-NetBox and one hypervisor, and are shown as not reported once the grace is over."""
+machine, or with the retry when the grace is over. The grace covers the children that report promptly
+even when a whole fleet is created at once (IPAddressClaims, BaremetalInstances); those queued behind
+NetBox or one hypervisor take longer, and are shown as not reported once it is over."""
 
 
 def blocking_step(

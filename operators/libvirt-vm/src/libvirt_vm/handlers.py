@@ -26,8 +26,8 @@ from libvirt_vm.settings import LibvirtSettings
 
 # What a VM's first pass writes on it and then carries on from (its placement, the mark that it touched
 # the hypervisor and under which instance) wakes no second pass, which re-checked the VM over SSH and
-# cost a kopf record (LibvirtVM patches per VM 6 → 5 at N = 100 in make bench-fleet). hypervisorName is
-# immutable once set, so the only change to it is that first pass's.
+# cost a kopf record (a patch of the LibvirtVM). hypervisorName is immutable once set, so the only
+# change to it is that first pass's.
 IDENTITY = runtime.Identity(
     "libvirt-vm",
     quiet_marks=(vms.TOUCHED, vms.OWNER_INSTANCE),

@@ -1,12 +1,12 @@
 """Which LibvirtVMs are placed where, known without listing every VM for every placement.
 
 Placing a VM counts what every VM placed before it asks of each hypervisor. Listing all LibvirtVMs from
-the API server for that made each placement O(N): at N = 500 in `make bench-fleet`, each of 250
-placements listed all 250 VMs. The watch already brings each VM here, so a kopf index keeps what
-each placed VM asks for (kopf fills its indexes from its first listing before any handler runs, so a
-placement never counts from a half-filled index), and `Placements` adds what this process placed
-itself and its watch has not shown yet: placements are serialised, and the next one must count the
-previous one even when the watch lags behind the patch that placed it.
+the API server for that made each placement O(N), and placing a fleet of VMs O(N²). The watch already
+brings each VM here, so a kopf index keeps what each placed VM asks for (kopf fills its indexes from its
+first listing before any handler runs, so a placement never counts from a half-filled index), and
+`Placements` adds what this process placed itself and its watch has not shown yet: placements are
+serialised, and the next one must count the previous one even when the watch lags behind the patch that
+placed it.
 """
 
 from __future__ import annotations

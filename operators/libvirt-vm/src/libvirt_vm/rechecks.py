@@ -2,8 +2,8 @@
 
 The re-check is a safety net: it notices a domain stopped, crashed or undefined behind the operator's back,
 and a status someone wiped, and converges again. Run in full it is a Hypervisor read, two Secret reads and
-a round of libvirt calls over SSH per VM per minute: at N = 500 in `make bench-fleet` (250 VMs on one
-hypervisor) 48 API requests per VM over the run, and libvirtd, sshd and the operator busy with it.
+a round of libvirt calls over SSH per VM per minute, which on a hypervisor with many VMs keeps the API
+server, libvirtd, sshd and the operator busy.
 
 The Hypervisor's own re-check already connects once a minute; it now also lists every domain's UUID and
 state in one call (`hosts.domain_states`) and keeps the listing here. A VM's re-check compares its status

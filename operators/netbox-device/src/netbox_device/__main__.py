@@ -6,7 +6,7 @@ from netbox_device.settings import NetboxSettings
 
 
 def main() -> None:
-    runtime.run(handlers.IDENTITY, NetboxSettings)
+    runtime.run(handlers.IDENTITY, NetboxSettings, connected=handlers.start_engines)
 
 
 if __name__ == "__main__":

@@ -6,8 +6,10 @@ The claim is a single write of owner, remembered state, status, tenant and descr
 - Older NetBox: check the device is free, write the claim, wait `settle` seconds, read it back. When two
   claimants race, the later write replaces the earlier one completely (last writer wins), and the earlier
   writer sees the other owner on reading back and moves on. This holds as long as no claimant takes
-  longer than `settle` between its read and its write; `held` re-reads the owner field on every
-  reconcile, so a claim lost even then is noticed and redone, never silently shared.
+  longer than `settle` between its read and its write (a claimant that took longer gives that device up
+  unwritten). A write already sent can still land late, within NetBox's request timeout, so a fresh claim
+  is checked again once that has passed (`RECHECK_SECONDS`): `held` re-reads the owner field on every
+  reconcile, and a claim lost even then is noticed and redone, never silently shared.
 Claims made by one process never race each other, and share their listings of free devices: see
 `FreeDevices`.
 """
@@ -22,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from capfleet import netbox
 from capfleet.api.netbox import DeviceClaim, DeviceSelector
 from netbox_device.backends.devices import Devices, Record
 from netbox_device.selection import (
@@ -62,6 +65,9 @@ async def held_by(devices: Devices, owners: Sequence[str]) -> dict[str, Record |
     return {owner: owned[0] if owned else None for owner, owned in found.items()}
 
 
+RECHECK_SECONDS = netbox.DEFAULT_TIMEOUT
+"""After a claim on NetBox before 4.6, plus the settle delay: when a claim is checked again (another
+claimant's write sent before this claim's read-back has landed or failed by then)."""
 ATTEMPTS = 5
 """Devices one claim tries before it gives way (`Taken.tried`) and is retried soon."""
 FRESH_SECONDS = 30.0
@@ -74,9 +80,8 @@ class FreeDevices:
     Claims of one process never race each other: `trying` holds the devices being tried right now, and a
     listing leaves them out. And they share listings: a claim takes the next device listed free for its
     selector, and only a claim that finds none left lists again, one listing per selector at a time, the
-    claims that arrive meanwhile waiting for it. Each claim listing a page of its own limited claims at
-    N = 500 in `make bench-fleet`: 922 device searches for the first 49 claimed, each waiting its turn among
-    NetBox's calls, and by then showing devices other claims here had taken up. Another process (a second
+    claims that arrive meanwhile waiting for it: a listing per claim would queue among NetBox's calls and,
+    by its turn, show devices other claims here had already taken. Another process (a second
     management cluster) may claim a listed device before this one tries it: `attempt` reads every device
     before writing, so that costs a read; listings older than `fresh_seconds` are not handed out. Listed
     devices are tried in random order, so processes listing the same page try different devices first.
@@ -165,12 +170,16 @@ async def attempt(
 ) -> Record | None:
     """Try to claim one device; None when it is no longer free or another claimant won it."""
     device, etag = await devices.read(device_id)
+    read_at = time.monotonic()
     if device is None or not matches(device, claimant.selector):
         return None
     fields = claim_fields(device, claimant.owner, claimant.claim, tenant_id)
     if devices.etags:
         claimed = await devices.write(device_id, fields, etag)  # compare-and-set: its answer is the claim
     else:
+        if time.monotonic() - read_at > claimant.settle_seconds:
+            # Read free too long ago: written now, it could land after another claimant's read-back.
+            return None
         await devices.write(device_id, fields)
         await asyncio.sleep(claimant.settle_seconds)
         claimed, _ = await devices.read(device_id)

@@ -15,6 +15,7 @@ from capfleet import conditions, errors, instances, pausing, reconciling, secret
 from capfleet.api import kinds
 from capfleet.api.netbox import NetboxDevice, NetboxVirtualMachine
 from capfleet.conditions import Update
+from capfleet.controller import contexts as controller
 from capfleet.resources import Resource
 from netbox_device import selection
 from netbox_device.backends.devices import Devices
@@ -41,7 +42,7 @@ class Shared:
 
 
 @dataclass
-class Context(reconciling.Context):
+class Context(controller.Context):
     settings: NetboxSettings = reconciling.in_memo(reconciling.SETTINGS_KEY)
     shared: Shared = reconciling.in_memo(SHARED_KEY)
 

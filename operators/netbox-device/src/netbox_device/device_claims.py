@@ -3,22 +3,24 @@
 Level-triggered: every trigger (creation, a restart, a retry, a wiped status) runs `serve`, which first
 asks NetBox which device this object's owner value holds, so the decision is never taken twice. Failures
 become a Ready=False condition carrying NetBox's message and an Event on the transition, and are raised
-again for kopf to retry with the error's own backoff; waiting for a free device retries at the
+again for the engine to retry with the error's own backoff; waiting for a free device retries at the
 configured poll interval.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from capfleet import conditions, errors, pausing, reconciling
+from capfleet import conditions, errors
 from capfleet.api import kinds
 from capfleet.api.netbox import NetboxDevice
 from capfleet.conditions import Update
+from capfleet.controller.engine import DONE, Result
 from netbox_device import claiming, contexts, device_status, selection
 from netbox_device.backends.devices import Record
-from netbox_device.contexts import Context, record
+from netbox_device.contexts import Context
 
 RESOURCE = kinds.NETBOX_DEVICE.resource
 
@@ -52,7 +54,17 @@ def claimed(device: Record, interfaces: list[Record]) -> tuple[dict[str, Any], U
     return fields, Update.true(conditions.READY, "Claimed", message)
 
 
-async def hold_or_claim(ctx: Context, claim: NetboxDevice) -> tuple[dict[str, Any], Update]:
+@dataclass
+class Held:
+    """What a pass found the claim holds: its status fields and Ready, and when to look again (a claim
+    made just now on NetBox before 4.6, which another claimant's late write could still take)."""
+
+    fields: dict[str, Any]
+    ready: Update
+    recheck: Result = DONE
+
+
+async def hold_or_claim(ctx: Context, claim: NetboxDevice) -> Held:
     """The device this object holds, claiming one first when it holds none; raises to retry."""
     devices = await ctx.devices(claim)
     looked_up = await claiming.held_by(devices, await ctx.possible_owners(claim))
@@ -64,6 +76,7 @@ async def hold_or_claim(ctx: Context, claim: NetboxDevice) -> tuple[dict[str, An
 
     owner = await ctx.settled_owner(RESOURCE, claim, holds)
     device = await holds(owner)
+    recheck = DONE
     if device is None:
         spec = claim.spec
         claimant = claiming.Claimant(owner, spec.selector, spec.claim, ctx.settings.settle_seconds)
@@ -76,31 +89,21 @@ async def hold_or_claim(ctx: Context, claim: NetboxDevice) -> tuple[dict[str, An
                 f"no free device matches the selector ({selection.describe(spec.selector)})",
                 ctx.settings.poll_seconds,
             )
-    return claimed(device, await devices.interfaces(int(device["id"])))
+        if not devices.etags:
+            recheck = Result(claimant.settle_seconds + claiming.RECHECK_SECONDS)
+    return Held(*claimed(device, await devices.interfaces(int(device["id"]))), recheck)
 
 
-async def serve(ctx: Context, body: Mapping[str, Any]) -> None:
+async def serve(ctx: Context, body: Mapping[str, Any]) -> Result:
     claim = kinds.NETBOX_DEVICE.parse(body)
-    await contexts.serve(ctx, RESOURCE, body, lambda: hold_or_claim(ctx, claim), "Claimed")
+    found: list[Held] = []
 
+    async def work() -> tuple[dict[str, Any], Update]:
+        found.append(await hold_or_claim(ctx, claim))
+        return found[-1].fields, found[-1].ready
 
-def has_status(claim: NetboxDevice) -> bool:
-    return claim.status is not None and bool(claim.status.device_id or claim.status.conditions)
-
-
-async def repair(ctx: Context, body: Mapping[str, Any]) -> None:
-    """Rebuild a wiped status from the device the owner field names; never claims (its handler does)."""
-    claim = kinds.NETBOX_DEVICE.parse(body)
-    if claim.metadata.get("deletionTimestamp") or has_status(claim) or pausing.hands_off(body["metadata"]):
-        return
-    try:
-        devices = await ctx.devices(claim)
-        device = await claiming.held(devices, ctx.owner(claim))
-    except errors.CapfleetError:
-        return  # NetBox cannot tell now; the claim handler reports why and retries
-    if device is not None:
-        found = claimed(device, await devices.interfaces(int(device["id"])))
-        await record(reconciling.Recorder(ctx, RESOURCE, body, None), *found)
+    await contexts.serve(ctx, RESOURCE, body, work, "Claimed")
+    return found[-1].recheck if found else DONE
 
 
 async def release(ctx: Context, body: Mapping[str, Any]) -> None:

@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from capfleet import conditions, errors, pausing, reconciling
+from capfleet import conditions
 from capfleet.api import kinds
 from capfleet.api.netbox import NetboxVirtualMachine
 from capfleet.conditions import Update
 from netbox_device import contexts, registering
-from netbox_device.contexts import Context, record
+from netbox_device.contexts import Context
 
 RESOURCE = kinds.NETBOX_VIRTUAL_MACHINE.resource
 
@@ -36,23 +36,6 @@ async def register(ctx: Context, vm: NetboxVirtualMachine) -> tuple[dict[str, An
 async def serve(ctx: Context, body: Mapping[str, Any]) -> None:
     vm = kinds.NETBOX_VIRTUAL_MACHINE.parse(body)
     await contexts.serve(ctx, RESOURCE, body, lambda: register(ctx, vm), "Registered")
-
-
-def has_status(vm: NetboxVirtualMachine) -> bool:
-    return vm.status is not None and bool(vm.status.virtual_machine_id or vm.status.conditions)
-
-
-async def repair(ctx: Context, body: Mapping[str, Any]) -> None:
-    """Rebuild a wiped status from the VM the owner field names."""
-    vm = kinds.NETBOX_VIRTUAL_MACHINE.parse(body)
-    if vm.metadata.get("deletionTimestamp") or has_status(vm) or pausing.hands_off(body["metadata"]):
-        return
-    try:
-        found = await registering.held(await ctx.machines(vm), ctx.owner(vm))
-    except errors.CapfleetError:
-        return  # NetBox cannot tell now; the register handler reports why and retries
-    if found is not None:
-        await record(reconciling.Recorder(ctx, RESOURCE, body, None), *registered(int(found["id"])))
 
 
 async def release(ctx: Context, body: Mapping[str, Any]) -> None:

@@ -4,7 +4,7 @@ reconcile reads and the watch cache.
 Its API client is the engine's `RecordingKube` (`controller.writes`), so every write a reconcile makes
 through `kube` (a status, a merge patch, a created child, the shared kit's marks) is told to the watch
 cache: the write's own event enqueues nothing, and a reconcile that starts before that event arrives reads
-what was written. A write that must come back as a change goes through `unrecorded`.
+what was written.
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from capfleet import reconciling
 from capfleet.controller.caches import Reads, WatchCache
 from capfleet.controller.watching import CACHE_KEY
-from capfleet.controller.writes import RecordingKube
-from capfleet.kube import Kube
 
 
 @dataclass
@@ -24,8 +22,3 @@ class Context(reconciling.Context):
     cache: WatchCache = reconciling.in_memo(CACHE_KEY)
     reads: Reads = dataclasses.field(kw_only=True)
     """How this reconcile reads: the watch cache when an event brought it, else the API server."""
-
-    @property
-    def unrecorded(self) -> Kube:
-        """The API client whose writes are ordinary changes: their events bring a reconcile."""
-        return self.kube.unrecorded if isinstance(self.kube, RecordingKube) else self.kube

@@ -109,8 +109,8 @@ class PynetboxDevices:
         return [[d for d in found if owner_of[int(d["id"])] in each] for each in asked]
 
     async def candidates(self, params: Mapping[str, Any]) -> list[Record]:
-        # One page, brief: listing every free device in full for every claim made claims O(N) each in
-        # NetBox's rendering (a hundred claims at once, 122 KB per listing, in make bench-fleet).
+        # One page, brief: listing every free device in full for every claim made each claim O(N) in
+        # NetBox's rendering.
         return await netbox.call("find-devices", rest.get_page, self._api, "dcim/devices", params, CANDIDATES)
 
     async def read(self, device_id: int) -> tuple[Record | None, str | None]:

@@ -156,6 +156,19 @@ async def test_a_deletion_keeps_the_finalizer_until_finalize_has_nothing_left_to
     assert calls.reconciled == [], "an object being deleted is never reconciled"
 
 
+@pytest.mark.parametrize("helps", [False, True])
+async def test_a_deletion_without_the_finalizer_is_finalized_only_by_a_controller_that_helps(
+    helps: bool,
+) -> None:
+    api, calls = Api(), Calls()
+    engine = engine_of(calls, needs_finalizer=lambda obj: False, helps_deletion=helps)
+    api.put(THINGS, "a", finalizers=["someone.else/keeps"], deletionTimestamp="now")
+    await process(engine, api)
+    assert calls.finalized == int(helps)
+    assert api.objects[("things", "a")]["metadata"]["finalizers"] == ["someone.else/keeps"]
+    assert calls.reconciled == []
+
+
 async def test_the_finalizer_comes_off_though_finalize_wrote_to_the_object_and_the_list_moved() -> None:
     api, calls = Api(), Calls()
     api.put(THINGS, "a", finalizers=[FINALIZER], deletionTimestamp="now")
@@ -201,6 +214,21 @@ async def test_the_event_of_its_own_write_does_not_enqueue_but_any_other_change_
     changed = await api.patch(THINGS, "a", {"metadata": {"labels": {"x": "y"}}})
     engine.seen(THINGS, "MODIFIED", changed)
     assert engine.queue.schedule.take() == KEY
+
+
+@pytest.mark.parametrize("echoes", [False, True])
+async def test_the_echo_of_an_own_write_of_a_watched_kind_concerns_only_the_watches_asking(
+    echoes: bool,
+) -> None:
+    api, calls = Api(), Calls()
+    engine = engine_of(calls, watches=[Watch(PARTS, owners("Thing"), echoes=echoes)])
+    engine.seen(PARTS, "ADDED", api.put(PARTS, "p", ownerReferences=[{"kind": "Thing", "name": "a"}]))
+    assert engine.queue.schedule.take() == KEY
+    engine.queue.done(KEY)
+    written = await api.patch(PARTS, "p", {"metadata": {"labels": {"x": "y"}}})  # the process's own write
+    engine.cache.written(PARTS, written)
+    engine.seen(PARTS, "MODIFIED", written)
+    assert (engine.queue.schedule.take() == KEY) is echoes
 
 
 async def test_a_lagging_event_older_than_its_own_write_still_enqueues() -> None:
@@ -315,6 +343,15 @@ async def test_events_wait_the_settle_time_and_a_burst_is_one_key() -> None:
         )
     assert engine.queue.schedule.take() is None, "not before the settle time"
     assert len(engine.queue.schedule) == 1
+
+
+async def test_a_watch_may_settle_its_keys_longer_than_the_controllers_own_events() -> None:
+    engine = engine_of(Calls(), watches=[Watch(PARTS, owners("Thing"), settle_seconds=2.0)])
+    part = {"metadata": {"name": "p", "namespace": "ns", "ownerReferences": [{"kind": "Thing", "name": "a"}]}}
+    engine.seen(PARTS, "ADDED", part)
+    assert engine.queue.schedule.take() is None, "a part's event waits its watch's settle time"
+    engine.seen(THINGS, "ADDED", {"metadata": {"name": "b", "namespace": "ns"}})
+    assert engine.queue.schedule.take() == Key("ns", "b"), "the kind's own event does not wait"
 
 
 async def test_a_cancellation_from_within_a_reconcile_fails_that_reconcile_and_not_the_workers() -> None:

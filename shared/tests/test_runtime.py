@@ -51,29 +51,6 @@ def claim(**meta: object) -> kopf.Body:
     return kopf.Body(raw)  # type: ignore[arg-type]
 
 
-def test_objects_that_show_they_were_handled_get_no_record_from_kopf() -> None:
-    settings = kopf.OperatorSettings()
-
-    def handled(body: object) -> bool | None:
-        metadata = body["metadata"]  # type: ignore[index]
-        return None if metadata["name"] != "t" else "done" in metadata.get("labels", {})
-
-    runtime.configure(settings, runtime.Identity("ipam-address"), runtime.Options(), handled)
-    storage = settings.persistence.diffbase_storage
-    new, done = claim(), claim(labels={"done": "yes"})
-    assert storage.fetch(body=new) is None  # kopf: a creation
-    assert storage.fetch(body=done) == storage.build(body=done)  # kopf: nothing changed
-    patch = kopf.Patch()
-    storage.store(body=new, patch=patch, essence=storage.build(body=new))
-    assert not patch
-    other = kopf.Body({"apiVersion": "v1", "kind": "Thing", "metadata": {"name": "u"}, "spec": {}})
-    storage.store(body=other, patch=patch, essence=storage.build(body=other))
-    assert set(patch["metadata"]["annotations"]) == {
-        "ipam-address.capfleet.dev/last-handled-configuration",
-        "ipam-address.capfleet.dev/kopf-managed",
-    }
-
-
 def test_a_handler_that_succeeds_at_once_leaves_no_annotation_behind() -> None:
     storage = persistence.ProgressStorage(prefix="ipam-address.capfleet.dev")
     record = {"started": "2026-01-01T00:00:00", "success": True, "failure": False, "retries": 1}

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from capfleet import events, versions
+from capfleet.controller.caches import WatchCache
 from capfleet.kube import Kube
 from capfleet.resources import Resource
 from ipam_address import netbox_pools, pools
@@ -160,12 +161,23 @@ def context(
         pool=infos.get,
         owner=lambda key: lambda address: held.get((key, address)),
         address_of_claim=lambda namespace, name: (bound or {}).get((namespace, name)),
+        addresses=lambda key: [address for (pool, address) in held if pool == key],
     )
     clients = netbox_pools.Clients(lambda _: cast(Any, netbox or FakeNetbox()))
     fake = cast(Kube, kube)
     settings = IpamSettings(instance="mgmt-a")
     return Context(
-        fake, events.Recorder(fake), lookups, FINALIZER, Allocator(), clients, settings, Identity(), Notices()
+        fake,
+        events.Recorder(fake),
+        WatchCache(),
+        lookups,
+        Allocator(),
+        clients,
+        settings,
+        Identity(),
+        Notices(),
+        reads=fake,
+        finalizer=FINALIZER,
     )
 
 

@@ -63,7 +63,6 @@ async def test_a_claim_gets_its_ip_address_and_a_status_without_an_event() -> No
 
 
 async def test_an_exhausted_pool_is_ready_false_with_one_warning(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(serving, "WAIT_IN_HANDLER_SECONDS", 0.0)
     kube = FakeKube()
     ctx = context(
         kube,
@@ -78,18 +77,16 @@ async def test_an_exhausted_pool_is_ready_false_with_one_warning(monkeypatch: py
     assert kube.events == [("Warning", "PoolExhausted")]
 
 
-async def test_a_claim_that_waits_writes_only_what_changed_since_its_last_write() -> None:
+async def test_a_claim_that_waits_is_known_to_wait_and_writes_only_what_changed() -> None:
     kube = FakeKube()
-    ctx = context(kube)  # no pool yet: PoolNotReady, twice, then the pool appears
-    waits = iter([False, True])
-
-    async def pool_changes(pool: PoolKey, within: float) -> bool:
-        if next(waits):
-            ctx.lookups = context(kube, hybridippool(addresses=["10.1.0.0/29"], prefix=24)).lookups
-        return True
-
-    ctx.allocator.wait_for_release = pool_changes  # type: ignore[method-assign]
+    ctx = context(kube)  # no pool yet: PoolNotReady, then the pool appears
+    key = PoolKey(NAMESPACE, "HybridIPPool", "p")
+    with pytest.raises(errors.DependencyMissing):
+        await serving.serve_claim(ctx, claim_of(claim_body()))
+    assert ctx.allocator.waiting(key) == ["c1"], "a change to the pool reconciles it"
+    ctx.lookups = context(kube, hybridippool(addresses=["10.1.0.0/29"], prefix=24)).lookups
     await serving.serve_claim(ctx, claim_of(claim_body()))
+    assert ctx.allocator.waiting(key) == []
     failed, bound = kube.statuses
     assert conditions(failed)["Ready"] == ("False", "PoolNotReady", "HybridIPPool ns/p does not exist")
     assert bound["addressRef"] == {"name": "c1"}
@@ -99,7 +96,6 @@ async def test_a_claim_that_waits_writes_only_what_changed_since_its_last_write(
 
 
 async def test_a_missing_pool_is_pool_not_ready(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(serving, "WAIT_IN_HANDLER_SECONDS", 0.0)
     kube = FakeKube()
     with pytest.raises(errors.DependencyMissing):
         await serving.serve_claim(context(kube), claim_of(claim_body("nope")))
@@ -170,11 +166,9 @@ async def test_a_lost_status_is_rebuilt_from_the_ip_address_that_still_exists() 
     )
     held = claim_body()
     held["metadata"]["finalizers"] = [FINALIZER]
-    assert not claims.handled(held)  # so kopf serves it again
     await serving.serve_claim(ctx, claim_of(held))
     [status] = kube.statuses
     assert status["addressRef"] == {"name": "c1"}
     assert conditions(status)["Ready"] == ("True", "Allocated", "10.1.0.3")
     assert ("IPAddress", "c1") not in kube.objects  # nothing allocated
     assert kube.patches == []  # the finalizer was there
-    assert claims.handled({**held, "status": status})

@@ -70,7 +70,6 @@ def configure(
     settings: kopf.OperatorSettings,
     identity: Identity,
     options: Options,
-    handled: persistence.Handled | None = None,
 ) -> None:
     """kopf settings that give each operator its own marks and keep idle operators silent."""
     settings.persistence.finalizer = identity.kopf_finalizer
@@ -98,9 +97,7 @@ def configure(
             *identity.quiet_fields,
         ],
     )
-    settings.persistence.diffbase_storage = (
-        recorded if handled is None else persistence.SelfRecordingDiffBase(recorded, handled)
-    )
+    settings.persistence.diffbase_storage = recorded
     settings.peering.name = options.shard_name(identity)
     settings.peering.mandatory = False
     settings.peering.standalone = not options.peering
@@ -270,12 +267,11 @@ def _install(
     registry: kopf.OperatorRegistry,
     identity: Identity,
     options: Options,
-    handled: persistence.Handled | None = None,
     connected: Connected | None = None,
 ) -> None:
     @kopf.on.startup(registry=registry)
     async def start_runtime(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-        configure(settings, identity, options, handled)
+        configure(settings, identity, options)
         if reconciling.KUBE_KEY not in memo:  # not again when `connected` failed and kopf retries
             await _connect(memo, identity, options)
         if connected is not None:
@@ -302,16 +298,14 @@ def run(
     argv: Sequence[str] | None = None,
     *,
     register: Callable[[SettingsT], None] | None = None,
-    handled: persistence.Handled | None = None,
     connected: Connected | None = None,
 ) -> None:
     """Start the operator whose handlers are already registered with kopf's default registry.
 
     Its settings are read here, once, and kept in memo for its reconciles; `register` adds the handlers
-    whose registration depends on them (timer intervals) before the operator starts; `handled` names the
-    objects kopf need not record (`SelfRecordingDiffBase`); `connected` runs at startup once the API
-    client is in memo, before any object is handled (the operator's own startup handlers, registered
-    before the runtime's, run before it has one).
+    whose registration depends on them (timer intervals) before the operator starts; `connected` runs at
+    startup once the API client is in memo, before any object is handled (the operator's own startup
+    handlers, registered before the runtime's, run before it has one).
     """
     import sys
 
@@ -334,7 +328,7 @@ def run(
     # BMC passwords): it never logs below INFO, whatever --verbose says.
     logging.getLogger("kubernetes_asyncio").setLevel(logging.INFO)
     registry = kopf.get_default_registry()
-    _install(registry, identity, options, handled, connected)
+    _install(registry, identity, options, connected)
     # In memo before any startup handler runs, the operator's own included.
     memo = kopf.Memo()
     memo[reconciling.SETTINGS_KEY] = loaded

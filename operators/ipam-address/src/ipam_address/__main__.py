@@ -6,7 +6,7 @@ from ipam_address.settings import IpamSettings
 
 
 def main() -> None:
-    runtime.run(handlers.IDENTITY, IpamSettings, handled=handlers.handled_claim)
+    runtime.run(handlers.IDENTITY, IpamSettings, connected=handlers.start_engines)
 
 
 if __name__ == "__main__":

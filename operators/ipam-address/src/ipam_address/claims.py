@@ -2,9 +2,9 @@
 
 Level-triggered and idempotent: every trigger (a new claim, a restart, a lost status, an IPAddress
 deleted by hand) runs the same `reconcile`, which derives everything from the claim, the pool and the
-IPAddress objects. A claim whose IPAddress was deleted by hand is served again with the address the
-deleted object held (`preferred`), so it gets the same address back; a wiped status is rebuilt from the
-IPAddress that still exists.
+IPAddress objects. A claim whose IPAddress was deleted by hand is served again with the address it held
+while still free (the allocator remembers it), so it gets the same address back; a wiped status is
+rebuilt from the IPAddress that still exists.
 """
 
 from __future__ import annotations
@@ -141,9 +141,7 @@ def ready_pool(ctx: Context, key: PoolKey) -> PoolInfo:
     return pool
 
 
-async def allocate_in_cluster(
-    ctx: Context, claim: Claim, pool: PoolInfo, preferred: str | None = None
-) -> str | None:
+async def allocate_in_cluster(ctx: Context, claim: Claim, pool: PoolInfo) -> str | None:
     """Create the claim's IPAddress in an in-cluster pool; None when the pool has no free address."""
     try:
         space = space_of(pool)
@@ -152,7 +150,7 @@ async def allocate_in_cluster(
             f"{pool.key.describe()} is invalid: {exc.message}", reason=POOL_NOT_READY
         ) from exc
     allocator = ctx.allocator
-    address = allocator.reserve(pool.key, space, claim.name, ctx.lookups.owner(pool.key), preferred=preferred)
+    address = allocator.reserve(pool.key, space, claim.name, ctx.lookups.owner(pool.key))
     if address is None:
         return None
     body = ip_address_body(claim, pool, address, pool.in_cluster().prefix)
@@ -189,17 +187,18 @@ async def allocate_in_netbox(ctx: Context, claim: Claim, pool: PoolInfo) -> str 
     return await create_ip_address(ctx.kube, claim, body)
 
 
-async def reconcile(ctx: Context, claim: Claim, preferred: str | None = None) -> str | None:
-    """The claim's address, allocated now (`preferred` if still free) or found in its IPAddress; None
-    while the claim is paused. Raises to retry (`PoolExhausted` when the pool has no free address)."""
+async def reconcile(ctx: Context, claim: Claim) -> str | None:
+    """The claim's address, allocated now or found in its IPAddress; None while the claim is paused.
+    Raises to retry (`PoolExhausted` when the pool has no free address)."""
     if await is_paused(ctx.kube, claim):
         return None
     pool = ready_pool(ctx, claim.pool)
     existing = ctx.lookups.address_of_claim(claim.namespace, claim.name)
     if existing is not None and not existing[1]:
+        ctx.allocator.holds(claim.pool, claim.name, existing[0])
         return existing[0]
     if claim.pool.kind == IN_CLUSTER:
-        address = await allocate_in_cluster(ctx, claim, pool, preferred)
+        address = await allocate_in_cluster(ctx, claim, pool)
     else:
         address = await allocate_in_netbox(ctx, claim, pool)
     if address is None:
@@ -209,21 +208,13 @@ async def reconcile(ctx: Context, claim: Claim, preferred: str | None = None) ->
 
 def needs_finalizer(claim: Claim, finalizer: str) -> bool:
     """Whether deleting a claim waits for its release. A NetBox claim always: its address lives outside
-    the cluster, so kopf puts the finalizer on before the first NetBox write. An in-cluster claim once
+    the cluster, so the engine puts the finalizer on before the first NetBox write. An in-cluster claim once
     `hold_for_release` put it on, just after its status said bound.
 
     An in-cluster claim deleted before that has nothing to release: its IPAddress is owned by it, so the
-    garbage collector deletes it and `serving.observe_address` lets CAPI's finalizer go.
+    garbage collector deletes it and `serving.reconcile_address` lets CAPI's finalizer go.
     """
     return finalizer in (claim.meta.get("finalizers") or []) or claim.pool.kind != IN_CLUSTER
-
-
-def handled(body: Mapping[str, Any]) -> bool:
-    """Whether a claim shows, by itself, that it was served: its status names its IPAddress. A claim's
-    spec never changes, so kopf keeps no record of it (`persistence.SelfRecordingDiffBase`): a claim is
-    served when it appears, at every restart, and whenever its status lost the binding (rebuilt from the
-    IPAddress that still exists), never for a change it makes itself."""
-    return bool(((body.get("status") or {}).get("addressRef") or {}).get("name"))
 
 
 async def hold_for_release(kube: Kube, body: Mapping[str, Any], finalizer: str) -> None:

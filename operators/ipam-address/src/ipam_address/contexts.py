@@ -1,8 +1,9 @@
 """What every ipam-address reconcile shares: the kit's API client and Event recorder, plus its own parts.
 
-The allocator and the NetBox clients are created once at startup in the operator-wide memo: kopf gives
-each object a shallow copy of memo, so an allocator created inside a handler would be private to one
-claim. The `Lookups` are kopf's indexes as plain functions, so the logic never depends on kopf.
+The allocator, the NetBox clients and the `Lookups` are created once at startup in the operator-wide
+memo. The `Lookups` are kopf's indexes as plain functions, so the logic never depends on kopf; kopf
+holds every event, and so every reconcile, until each index is filled from a fresh list, which is what
+makes a restart in the middle of a burst safe: every IPAddress is known before a claim is served.
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ from typing import Any
 
 from capfleet import instances, reconciling
 from capfleet.api.base import Condition
+from capfleet.controller import contexts as controller
 from ipam_address import netbox_pools
 from ipam_address.allocator import Allocator, Owner
 from ipam_address.pools import PoolInfo, PoolKey
 from ipam_address.settings import IpamSettings
 
 ALLOCATOR_KEY, NETBOX_CLIENTS_KEY, IDENTITY_KEY = "allocator", "netbox_clients", "identity"
-NOTICES_KEY = "notices"
+NOTICES_KEY, LOOKUPS_KEY = "notices", "lookups"
 
 
 @dataclass
@@ -57,10 +59,13 @@ class Lookups:
     owner: Callable[[PoolKey], Owner]
     address_of_claim: Callable[[str, str], tuple[str, bool] | None]
     """The address of a claim's IPAddress, and whether that IPAddress is being deleted."""
+    addresses: Callable[[PoolKey], list[str]]
+    """The addresses allocated from a pool."""
 
 
-def start(memo: MutableMapping[str, Any]) -> None:
+def start(memo: MutableMapping[str, Any], lookups: Lookups) -> None:
     """Create the operator-wide parts, once, at startup."""
+    memo[LOOKUPS_KEY] = lookups
     memo[ALLOCATOR_KEY] = Allocator()
     memo[NETBOX_CLIENTS_KEY] = netbox_pools.Clients()
     memo[IDENTITY_KEY] = Identity()
@@ -68,12 +73,12 @@ def start(memo: MutableMapping[str, Any]) -> None:
 
 
 @dataclass
-class Context(reconciling.Context):
+class Context(controller.Context):
     """What every claim and pool operation needs: the API, the allocation state, NetBox, kopf's indexes."""
 
-    lookups: Lookups
-    finalizer: str
+    finalizer: str = field(kw_only=True)
     """The operator's finalizer, which a bound claim carries until its address is released."""
+    lookups: Lookups = reconciling.in_memo(LOOKUPS_KEY)
     allocator: Allocator = reconciling.in_memo(ALLOCATOR_KEY)
     netbox_clients: netbox_pools.Clients = reconciling.in_memo(NETBOX_CLIENTS_KEY)
     settings: IpamSettings = reconciling.in_memo(reconciling.SETTINGS_KEY)

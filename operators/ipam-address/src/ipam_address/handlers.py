@@ -1,53 +1,37 @@
-"""kopf handlers of ipam-address: decorators, typed arguments and kopf's indexes; logic lives elsewhere.
+"""ipam-address's controllers and kopf's indexes: declarations only, logic lives elsewhere.
 
-kopf fills every index from a fresh list before it runs any handler, so after a restart the allocator
-sees every IPAddress that exists before it serves a single claim: that is what makes a restart in the
-middle of a burst safe.
+kopf fills every index from a fresh list before it delivers any event, so the engine, which is fed by
+events, reconciles nothing before the allocator sees every IPAddress that exists: that is what makes a
+restart in the middle of a burst safe. Four controllers: IPAddressClaims of capfleet's pools (allocate,
+release), their IPAddresses (settle, let a hand-deleted one go), and each kind of pool (status, deletion).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 import kopf
 
-from capfleet import errors, reconciling, resources, runtime, statuses
+from capfleet import errors, reconciling, resources, runtime
 from capfleet.api import kinds
-from ipam_address import claims, contexts, netbox_pools, pool_status, pools, serving
+from capfleet.controller import watching
+from capfleet.controller.caches import Reads
+from capfleet.controller.engine import DONE, Controller, Key, Result, Watch, done_after
+from ipam_address import claims, contexts, pool_status, pools, serving
 from ipam_address.allocator import Allocator, Owner
 from ipam_address.claims import Claim
 from ipam_address.contexts import Context
-from ipam_address.pools import PoolInfo, PoolKey
+from ipam_address.pools import IN_CLUSTER, PoolInfo, PoolKey
 
-IDENTITY = runtime.Identity("ipam-address")
+IDENTITY = runtime.Identity("ipam-address", on_engine=True)
 CLAIMS = resources.IP_ADDRESS_CLAIMS.watch
 ADDRESSES = resources.IP_ADDRESSES.watch
 HYBRID_IPPOOLS = kinds.HYBRID_IPPOOL.resource.watch
 NETBOX_POOLS = kinds.NETBOX_IPPOOL.resource.watch
 
 AddressIndex = kopf.Index[Any, Any]
-
-
-def our_claim(body: kopf.Body, **_: Any) -> bool:
-    return Claim.of(body) is not None
-
-
-def our_claim_to_release(body: kopf.Body, **_: Any) -> bool:
-    """Claims whose deletion waits for `release_claim`: kopf keeps its finalizer on exactly these."""
-    claim = Claim.of(body)  # parsed once: kopf asks this of every claim event
-    return claim is not None and claims.needs_finalizer(claim, IDENTITY.finalizer)
-
-
-def handled_claim(body: Mapping[str, Any]) -> bool | None:
-    """Whether a claim of ours shows it was served (`claims.handled`); None for any other object."""
-    if body.get("kind") != resources.IP_ADDRESS_CLAIMS.kind or Claim.of(body) is None:
-        return None
-    return claims.handled(body)
-
-
-def our_address(body: kopf.Body, **_: Any) -> bool:
-    return pools.holding_of(body) is not None
 
 
 # Indexes: pools by key, and IPAddresses of our pools by (pool, address), by pool and by claim.
@@ -90,6 +74,7 @@ def lookups(kwargs: dict[str, Any]) -> contexts.Lookups:
     capfleet_pools = index(kwargs, "capfleet_pools")
     address_holders = index(kwargs, "address_holders")
     claim_addresses = index(kwargs, "claim_addresses")
+    pool_addresses = index(kwargs, "pool_addresses")
 
     def pool(key: PoolKey) -> PoolInfo | None:
         found: PoolInfo | None = next(iter(capfleet_pools.get(key, ())), None)
@@ -106,99 +91,112 @@ def lookups(kwargs: dict[str, Any]) -> contexts.Lookups:
         found: tuple[str, bool] | None = next(iter(claim_addresses.get((namespace, name), ())), None)
         return found
 
-    return contexts.Lookups(pool=pool, owner=owner, address_of_claim=address_of_claim)
+    def addresses(key: PoolKey) -> list[str]:
+        return list(pool_addresses.get(key, ()))
+
+    return contexts.Lookups(pool=pool, owner=owner, address_of_claim=address_of_claim, addresses=addresses)
 
 
 @kopf.on.startup()
-def create_allocator(memo: kopf.Memo, **_: Any) -> None:
-    contexts.start(memo)
+def create_allocator(memo: kopf.Memo, **kwargs: Any) -> None:
+    # kopf hands startup the indexes too (empty until its watches list): kept in memo as the Lookups.
+    contexts.start(memo, lookups(kwargs))
 
 
-def context(memo: kopf.Memo, kwargs: dict[str, Any]) -> Context:
-    return Context.from_memo(memo, lookups=lookups(kwargs), finalizer=IDENTITY.finalizer)
+def context(memo: kopf.Memo, reads: Reads) -> Context:
+    return Context.from_memo(memo, reads=reads, finalizer=IDENTITY.finalizer)
 
 
-def claim_of(body: kopf.Body) -> Claim:
-    claim = Claim.of(body)
-    if claim is None:  # the handlers' `when=our_claim` filter lets only claims of our pools through
-        raise kopf.PermanentError("not a claim of a capfleet pool")
+def claim_of(obj: Mapping[str, Any]) -> Claim:
+    claim = Claim.of(obj)
+    if claim is None:  # the controller `serves` only claims of our pools
+        raise errors.InvalidSpec("not a claim of a capfleet pool")
     return claim
 
 
-# Claims.
+def claim_needs_finalizer(obj: Mapping[str, Any]) -> bool:
+    claim = Claim.of(obj)
+    return claim is not None and claims.needs_finalizer(claim, IDENTITY.finalizer)
 
 
-@kopf.on.resume(*CLAIMS, when=our_claim)
-@kopf.on.create(*CLAIMS, when=our_claim)
-@kopf.on.update(*CLAIMS, when=our_claim)
-@runtime.reconciler("IPAddressClaim")
-async def serve_claim(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
-    await serving.serve_claim(context(memo, kwargs), claim_of(body))
-
-
-@kopf.on.delete(*CLAIMS, when=our_claim_to_release)
-@runtime.reconciler("IPAddressClaim")
-async def release_claim(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
-    await serving.release_claim(context(memo, kwargs), claim_of(body))
-
-
-# IPAddresses of our pools.
-
-
-@kopf.on.event(*ADDRESSES, when=our_address)
-async def observe_address(type: str, body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
-    await serving.observe_address(context(memo, kwargs), type, body)
-
-
-# In-cluster pools.
-
-
-@kopf.on.resume(*HYBRID_IPPOOLS)
-@kopf.on.create(*HYBRID_IPPOOLS)
-@kopf.on.update(*HYBRID_IPPOOLS)
-async def pool_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    allocator = reconciling.from_memo(memo, contexts.ALLOCATOR_KEY, Allocator)
-    allocator.released(pools.info_of(body).key)  # the pool may have grown: wake waiting claims
-
-
-@kopf.daemon(*HYBRID_IPPOOLS, cancellation_timeout=1.0)
-async def keep_pool_status(
-    body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, **kwargs: Any
-) -> None:
-    key = pools.info_of(body).key
-    pool_addresses = index(kwargs, "pool_addresses")
-    kube, _ = Context.parts(memo)
-    await pool_status.keep(
-        kube,
-        reconciling.from_memo(memo, contexts.ALLOCATOR_KEY, Allocator),
-        body,
-        lambda: list(pool_addresses.get(key, ())),
-        lambda: bool(stopped),
+def pool_of_address(obj: Mapping[str, Any]) -> list[Key]:
+    holding = pools.holding_of(obj)
+    return (
+        []
+        if holding is None or holding.pool.kind != IN_CLUSTER
+        else [Key(holding.pool.namespace, holding.pool.name)]
     )
 
 
-# NetBox pools.
+async def serve_claim(ctx: Context, obj: Mapping[str, Any]) -> Result:
+    await serving.serve_claim(ctx, claim_of(obj))
+    return DONE
 
 
-@kopf.on.resume(*NETBOX_POOLS)
-@kopf.on.create(*NETBOX_POOLS)
-@kopf.on.update(*NETBOX_POOLS)
-@runtime.reconciler("NetboxIPPool")
-async def check_netbox_pool(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **kwargs: Any) -> None:
-    ctx = context(memo, kwargs)
-    await netbox_pools.check_into(ctx.kube, ctx.netbox_clients, body, patch.status)
-    ctx.allocator.released(pools.info_of(body).key)
+async def release_claim(ctx: Context, obj: Mapping[str, Any]) -> Result:
+    await serving.release_claim(ctx, claim_of(obj))
+    return DONE
 
 
-@kopf.on.delete(*HYBRID_IPPOOLS)
-@kopf.on.delete(*NETBOX_POOLS)
-@runtime.reconciler("HybridIPPool")
-async def guard_pool_deletion(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **kwargs: Any) -> None:
-    in_use = len(list(index(kwargs, "pool_addresses").get(pools.info_of(body).key, ())))
-    if in_use:
-        message = (
-            f"{in_use} addresses are still allocated from this pool; it is deleted when they are released"
-        )
-        statuses.merge_into(patch.status, body.get("status") or {}, pool_status.in_use_status(body, message))
-        raise errors.Waiting(message, reason="PoolInUse")
-    await netbox_pools.let_go(Context.parts(memo)[0], body)
+def tune(memo: kopf.Memo, controller: Controller[Context]) -> Controller[Context]:
+    """The claims' controller learns from the allocator which claims wait for a pool."""
+    if controller is not CLAIM_CONTROLLER:
+        return controller
+
+    def waiting_on(key: PoolKey) -> list[str]:
+        # Asked at each event: the operator's startup steps have all run by then.
+        return reconciling.from_memo(memo, contexts.ALLOCATOR_KEY, Allocator).waiting(key)
+
+    def concerned(address: Mapping[str, Any]) -> list[Key]:
+        holding = pools.holding_of(address)
+        if holding is None:
+            return []
+        names = [holding.claim, *waiting_on(holding.pool)]
+        return [Key(holding.pool.namespace, name) for name in dict.fromkeys(names)]
+
+    def waiting(pool: Mapping[str, Any]) -> list[Key]:
+        key = pools.info_of(pool).key
+        return [Key(key.namespace, name) for name in waiting_on(key)]
+
+    watches = [
+        Watch(resources.IP_ADDRESSES, keys=concerned),
+        Watch(kinds.HYBRID_IPPOOL.resource, keys=waiting),
+        Watch(kinds.NETBOX_IPPOOL.resource, keys=waiting, echoes=True),
+    ]
+    return dataclasses.replace(controller, watches=watches)
+
+
+CLAIM_CONTROLLER: Controller[Context] = Controller(
+    resources.IP_ADDRESS_CLAIMS,
+    IDENTITY.finalizer,
+    serve_claim,
+    release_claim,
+    serves=lambda obj: Claim.of(obj) is not None,
+    needs_finalizer=claim_needs_finalizer,
+)
+ADDRESS_CONTROLLER: Controller[Context] = Controller(
+    resources.IP_ADDRESSES,
+    IDENTITY.finalizer,
+    done_after(serving.reconcile_address),
+    done_after(serving.reconcile_address),
+    serves=lambda obj: pools.holding_of(obj) is not None,
+    needs_finalizer=lambda obj: False,
+    helps_deletion=True,
+)
+HYBRID_POOL_CONTROLLER: Controller[Context] = Controller(
+    kinds.HYBRID_IPPOOL.resource,
+    IDENTITY.finalizer,
+    done_after(pool_status.reconcile),
+    done_after(pool_status.finalize),
+    watches=[Watch(resources.IP_ADDRESSES, keys=pool_of_address, settle_seconds=pool_status.SETTLE_SECONDS)],
+)
+NETBOX_POOL_CONTROLLER: Controller[Context] = Controller(
+    kinds.NETBOX_IPPOOL.resource,
+    IDENTITY.finalizer,
+    done_after(pool_status.check_netbox),
+    done_after(pool_status.finalize),
+)
+
+start_engines = watching.register(
+    [CLAIM_CONTROLLER, ADDRESS_CONTROLLER, HYBRID_POOL_CONTROLLER, NETBOX_POOL_CONTROLLER], context, tune=tune
+)

@@ -1,34 +1,23 @@
-"""An in-cluster pool's status: Ready and address counts, written only when they change.
+"""A pool's status and deletion: an in-cluster pool's Ready and address counts, written only when they
+change, and every pool's deletion held while addresses of it are allocated.
 
-Counting walks the pool's allocated addresses, so it runs in one background task per pool that wakes on
-change signals and coalesces a burst of allocations, never writing once per claim: a change after a quiet
-spell is written within half a second, and while changes keep coming the counts are written at most every
-five seconds, so a burst of claims costs a handful of writes, not one per claim.
+Counting walks the pool's allocated addresses, so the pool's controller settles for a couple of seconds
+after the first IPAddress event of a burst (`SETTLE_SECONDS`) and writes once for all of them, never
+once per claim; a pool's own status writes wake it no more.
 """
 
 from __future__ import annotations
 
-import asyncio
-import math
-import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from capfleet import conditions, errors, metrics, statuses
 from capfleet.api import kinds
 from capfleet.conditions import Update
-from capfleet.kube import Kube
-from ipam_address import pools
-from ipam_address.allocator import Allocator
+from ipam_address import netbox_pools, pools
+from ipam_address.contexts import Context
 
-COALESCE_SECONDS = 0.5
-BURST_WRITE_SECONDS = 5.0
-IDLE_CHECK_SECONDS = 60.0
-
-
-def coalescing_delay(since_last_write: float) -> float:
-    """How long to gather changes before writing, `since_last_write` seconds after the last write."""
-    return max(COALESCE_SECONDS, BURST_WRITE_SECONDS - since_last_write)
+SETTLE_SECONDS = 2.0
 
 
 def desired_status(body: Mapping[str, Any], allocated: Iterable[str]) -> dict[str, Any]:
@@ -72,34 +61,44 @@ def in_use_status(body: Mapping[str, Any], message: str) -> dict[str, Any]:
     return {"conditions": statuses.with_conditions(body.get("status") or {}, [update], generation=generation)}
 
 
-async def keep(
-    kube: Kube,
-    allocator: Allocator,
-    body: Mapping[str, Any],
-    allocated: Callable[[], list[str]],
-    stopped: Callable[[], bool],
-) -> None:
-    """Keep the pool's status current until `stopped`; `body` is kopf's live view of the pool.
-
-    Between changes it compares with what it wrote last (kopf's view lags its own writes); after an idle
-    minute, with kopf's view, which by then shows its writes, so a status wiped by someone else is
-    written again. The counts are also exported as `capfleet_pool_addresses` while it runs."""
+async def reconcile(ctx: Context, body: Mapping[str, Any]) -> None:
+    """Write an in-cluster pool's counts and Ready where they differ from its status; the counts are also
+    exported as `capfleet_pool_addresses`."""
     key = pools.info_of(body).key
-    written: dict[str, Any] = dict(body.get("status") or {})
-    last_write = -math.inf
+    desired = desired_status(body, ctx.lookups.addresses(key))
+    if "ipAddresses" in desired:
+        metrics.record_pool(key.namespace, key.name, desired["ipAddresses"])
+    changed = statuses.differences(body.get("status") or {}, desired)
+    if changed:
+        await ctx.kube.patch_status(kinds.HYBRID_IPPOOL.resource, key.name, changed, key.namespace)
+
+
+async def finalize(ctx: Context, body: Mapping[str, Any]) -> None:
+    """A pool's deletion: held, saying so on Ready, while addresses of it are allocated; then the NetBox
+    pool's connection Secret is let go of."""
+    key = pools.info_of(body).key
+    in_use = len(ctx.lookups.addresses(key))
+    if in_use:
+        message = (
+            f"{in_use} addresses are still allocated from this pool; it is deleted when they are released"
+        )
+        changed = statuses.differences(body.get("status") or {}, in_use_status(body, message))
+        if changed:
+            resource = (
+                kinds.HYBRID_IPPOOL.resource if key.kind == pools.IN_CLUSTER else kinds.NETBOX_IPPOOL.resource
+            )
+            await ctx.kube.patch_status(resource, key.name, changed, key.namespace)
+        raise errors.Waiting(message, reason="PoolInUse")
+    metrics.forget_pool(key.namespace, key.name)
+    await netbox_pools.let_go(ctx.kube, body)
+
+
+async def check_netbox(ctx: Context, body: Mapping[str, Any]) -> None:
+    """Check a NetBox pool and write its Ready where it changed; raise (to retry) when the check failed."""
+    status: dict[str, Any] = {}
     try:
-        while not stopped():
-            desired = desired_status({**body, "status": written}, allocated())
-            if "ipAddresses" in desired:
-                metrics.record_pool(key.namespace, key.name, desired["ipAddresses"])
-            changed = statuses.differences(written, desired)
-            if changed:
-                await kube.patch_status(kinds.HYBRID_IPPOOL.resource, key.name, changed, key.namespace)
-                written.update(changed)
-                last_write = time.monotonic()
-            if await allocator.wait_for_change(key, IDLE_CHECK_SECONDS):
-                await asyncio.sleep(coalescing_delay(time.monotonic() - last_write))
-            else:
-                written = dict(body.get("status") or {})
+        await netbox_pools.check_into(ctx.kube, ctx.netbox_clients, body, status)
     finally:
-        metrics.forget_pool(key.namespace, key.name)
+        if status:
+            meta = body["metadata"]
+            await ctx.kube.patch_status(kinds.NETBOX_IPPOOL.resource, meta["name"], status, meta["namespace"])

@@ -1,14 +1,15 @@
-"""What the claim and IPAddress handlers do, between kopf's triggers and the claim logic.
+"""What ipam-address's controllers do, between the engine and the claim logic.
 
-A claim on an exhausted pool waits *inside* its handler for a release signal, so it is allocated as soon
-as an address frees up rather than at its next retry; its PoolExhausted condition is written before it
-starts waiting. IPAddress events settle pending choices, wake waiting claims, and repair claims whose
-IPAddress was deleted by hand.
+A claim on an exhausted pool (or one not ready) says so on Ready and is registered as waiting for its
+pool: a release in that pool, or a change to the pool, reconciles the waiting claims at once (the
+claims' controller asks the allocator which wait), and the error's backoff retries them meanwhile.
+An IPAddress of our pools is reconciled on its own: its pending choice settles once the index shows
+it, and CAPI's finalizer comes off one deleted by hand or orphaned (its claim, live, gets the same
+address back).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,9 +19,6 @@ from ipam_address import claims, pools
 from ipam_address.claims import Claim
 from ipam_address.contexts import Context
 from ipam_address.pools import IN_CLUSTER
-
-WAIT_IN_HANDLER_SECONDS = 20.0
-"""How long a claim waits inside its handler for its pool to free an address or become ready."""
 
 CLAIMS = resources.IP_ADDRESS_CLAIMS
 DEPRECATED_POOL_KIND = "DeprecatedPoolKind"
@@ -40,7 +38,7 @@ async def write_status(
     ctx: Context, body: Mapping[str, Any], updates: list[Update], fields: Mapping[str, Any] | None = None
 ) -> Mapping[str, Any]:
     """Write a claim's status through the kit, at once; return the claim as it now stands, so a later
-    write in the same handler sends only what differs and carries the current resourceVersion."""
+    write in the same reconcile sends only what differs and carries the current resourceVersion."""
     return await ctx.write_status(CLAIMS, body, fields or {}, updates, None)
 
 
@@ -67,37 +65,24 @@ async def warn_deprecated_kind(ctx: Context, claim: Claim) -> None:
     await events.post(ctx.kube, claim.body, "Warning", DEPRECATED_POOL_KIND, message)
 
 
-async def serve_claim(ctx: Context, claim: Claim, preferred: str | None = None) -> None:
-    """Reconcile a claim and write its status; on exhaustion or a pool not ready, wait here for a change."""
-    deadline = time.monotonic() + WAIT_IN_HANDLER_SECONDS
+async def serve_claim(ctx: Context, claim: Claim) -> None:
+    """Reconcile a claim and write its status; a claim that waits for its pool is registered as waiting."""
     body = claim.body
     if claim.names_deprecated_kind:
         await warn_deprecated_kind(ctx, claim)
-    while True:
-        try:
-            address = await claims.reconcile(ctx, claim, preferred)
-        except errors.CapfleetError as exc:
-            body = await write_failure(ctx, body, exc)
-            if await pool_changed_meanwhile(ctx, claim, exc, deadline):
-                continue
-            raise
-        if address is None:
-            await write_status(ctx, body, [pausing.condition(True)])
-            return
-        body = await write_status(ctx, body, allocated(address), bound_to(claim.name))
-        if claim.pool.kind == IN_CLUSTER:
-            await claims.hold_for_release(ctx.kube, body, ctx.finalizer)
+    try:
+        address = await claims.reconcile(ctx, claim)
+    except errors.CapfleetError as exc:
+        if exc.reason in WAITS_FOR_THE_POOL:
+            ctx.allocator.waits(claim.pool, claim.name)
+        await write_failure(ctx, body, exc)
+        raise
+    if address is None:
+        await write_status(ctx, body, [pausing.condition(True)])
         return
-
-
-async def pool_changed_meanwhile(
-    ctx: Context, claim: Claim, error: errors.CapfleetError, deadline: float
-) -> bool:
-    """Wait, until `deadline`, for the pool a claim waits on to free an address or become ready."""
-    remaining = deadline - time.monotonic()
-    if error.reason not in WAITS_FOR_THE_POOL or remaining <= 0:
-        return False
-    return await ctx.allocator.wait_for_release(claim.pool, remaining)
+    body = await write_status(ctx, body, allocated(address), bound_to(claim.name))
+    if claim.pool.kind == IN_CLUSTER:
+        await claims.hold_for_release(ctx.kube, body, ctx.finalizer)
 
 
 async def release_claim(ctx: Context, claim: Claim) -> None:
@@ -105,28 +90,16 @@ async def release_claim(ctx: Context, claim: Claim) -> None:
     if not pausing.moving(claim.meta) and await claims.is_paused(ctx.kube, claim):
         raise errors.Waiting("the claim's Cluster is paused; the address is released once it is unpaused")
     await claims.release(ctx, claim)
-    ctx.allocator.released(claim.pool)
+    ctx.allocator.forget(claim.pool, claim.name)
 
 
-async def repair_claim(ctx: Context, namespace: str, name: str, preferred: str | None = None) -> None:
-    """Re-serve a live claim outside its own handler: its IPAddress vanished (it held `preferred`)."""
-    body = await ctx.kube.get(CLAIMS, name, namespace)
-    claim = Claim.of(body) if body is not None else None
-    if claim is None or claim.model.metadata.deletion_timestamp:
-        return
-    await serve_claim(ctx, claim, preferred)
-
-
-async def observe_address(ctx: Context, event_type: str | None, address: Mapping[str, Any]) -> None:
-    """React to an IPAddress of one of our pools appearing, changing, or going away."""
+async def reconcile_address(ctx: Context, address: Mapping[str, Any]) -> None:
+    """An IPAddress of one of our pools as it stands: its pending choice settles once the index shows it,
+    and CAPI's finalizer comes off one being deleted whose claim is not (deleted by hand, or orphaned)."""
     holding = pools.holding_of(address)
     if holding is None:
         return
     meta = address["metadata"]
-    if event_type == "DELETED":
-        ctx.allocator.released(holding.pool)
-        await repair_claim(ctx, meta["namespace"], holding.claim, preferred=holding.address)
-        return
     if ctx.lookups.owner(holding.pool)(holding.address) == holding.claim:
         ctx.allocator.settle(holding.pool, holding.address)
     if holding.deleting and claims.PROTECT_FINALIZER in (meta.get("finalizers") or []):
@@ -135,7 +108,7 @@ async def observe_address(ctx: Context, event_type: str | None, address: Mapping
 
 async def let_deleted_address_go(ctx: Context, meta: Mapping[str, Any], claim_name: str) -> None:
     """An IPAddress deleted by hand, or orphaned: drop CAPI's finalizer; a live claim gets it back (same
-    address) on DELETED. A claim being deleted removes the finalizer in its own release."""
+    address) once it is gone. A claim being deleted removes the finalizer in its own release."""
     claim = await ctx.kube.get(CLAIMS, claim_name, meta["namespace"])
     if claim is not None and claim["metadata"].get("deletionTimestamp"):
         return

@@ -86,6 +86,12 @@ class Watch:
     resource: Resource
     keys: Callable[[Obj], Iterable[Key]] = lambda obj: ()
     groups: Callable[[Obj], Iterable[str]] = lambda obj: ()
+    settle_seconds: float | None = None
+    """How long the keys this watch enqueues wait for the events that follow (None: the controller's
+    `settle_seconds`): a pool's counts written once for a burst of its addresses' events."""
+    echoes: bool = False
+    """Whether this process's own writes of that kind concern the controller too (a pool's Ready, written
+    by the pool's controller, which the pool's claims wait for); by default they are no news."""
 
 
 def owners(kind: str) -> Callable[[Obj], list[Key]]:
@@ -112,6 +118,9 @@ class Controller(Generic[C]):
     """Whether an object is this controller's to reconcile (others are neither reconciled nor finalized)."""
     needs_finalizer: Callable[[Obj], bool] = lambda obj: True
     """Whether an object will hold something outside that its deletion must give back."""
+    helps_deletion: bool = False
+    """Whether `finalize` also runs for an object being deleted without the controller's finalizer (one
+    that waits for another's finalizer the controller lets go of: CAPI's ProtectAddress on an IPAddress)."""
     group: Callable[[Obj], str | None] = lambda obj: None
     """The group an object belongs to in its namespace (a machine's CAPI cluster), for `Watch.groups`."""
     resync_seconds: float = DEFAULT_RESYNC_SECONDS
@@ -156,16 +165,14 @@ class Engine(Generic[C]):
         concerns enqueued. Not news (the echo of this process's own write) enqueues nothing."""
         if same_kind(resource, self.controller.resource):
             self._noticed_own(event_type, obj, news)
-        if not news:
-            return
         namespace = obj["metadata"].get("namespace")
         for watch in self.controller.watches:
-            if same_kind(watch.resource, resource):
+            if same_kind(watch.resource, resource) and (news or watch.echoes):
                 for key in watch.keys(obj):
-                    self._enqueue(key)
+                    self._enqueue(key, watch.settle_seconds)
                 for group in watch.groups(obj):
                     for key in self.members(namespace, group):
-                        self._enqueue(key)
+                        self._enqueue(key, watch.settle_seconds)
 
     def _noticed_own(self, event_type: str | None, obj: Obj, news: bool) -> None:
         key = Key.of(obj)
@@ -186,9 +193,9 @@ class Engine(Generic[C]):
     def members(self, namespace: str | None, group: str) -> list[Key]:
         return [key for key, of in self._groups.items() if of == (namespace, group)]
 
-    def _enqueue(self, key: Key) -> None:
+    def _enqueue(self, key: Key, settle: float | None = None) -> None:
         self._evented.add(key)
-        self.queue.add_after(key, self.controller.settle_seconds)
+        self.queue.add_after(key, self.controller.settle_seconds if settle is None else settle)
 
     # Workers.
 
@@ -241,7 +248,7 @@ class Engine(Generic[C]):
         present = controller.finalizer in finalizers.finalizers_of(obj)
         if finalizers.is_deleting(obj):
             if not present:
-                return DONE
+                return await controller.finalize(ctx, obj) if controller.helps_deletion else DONE
             result = await controller.finalize(ctx, obj)
             if result.requeue_after is None:
                 answer = await finalizers.remove(api, controller.resource, obj, controller.finalizer)

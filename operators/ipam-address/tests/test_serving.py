@@ -77,16 +77,20 @@ async def test_an_exhausted_pool_is_ready_false_with_one_warning(monkeypatch: py
     assert kube.events == [("Warning", "PoolExhausted")]
 
 
-async def test_a_claim_that_waits_is_known_to_wait_and_writes_only_what_changed() -> None:
+async def test_a_claim_that_waits_is_woken_once_per_wait_and_writes_only_what_changed() -> None:
     kube = FakeKube()
-    ctx = context(kube)  # no pool yet: PoolNotReady, then the pool appears
+    ctx = context(kube)  # no pool yet: PoolNotReady, twice, then the pool appears
     key = PoolKey(NAMESPACE, "HybridIPPool", "p")
     with pytest.raises(errors.DependencyMissing):
         await serving.serve_claim(ctx, claim_of(claim_body()))
-    assert ctx.allocator.waiting(key) == ["c1"], "a change to the pool reconciles it"
+    assert ctx.allocator.wake(key) == ["c1"], "a change to the pool reconciles it"
+    assert ctx.allocator.wake(key) == [], "woken once: a claim deleted meanwhile is not woken for ever"
+    with pytest.raises(errors.DependencyMissing):  # still waiting: it says so again, writing nothing new
+        await serving.serve_claim(ctx, claim_of({**claim_body(), "status": kube.statuses[0]}))
+    assert len(kube.statuses) == 1
     ctx.lookups = context(kube, hybridippool(addresses=["10.1.0.0/29"], prefix=24)).lookups
     await serving.serve_claim(ctx, claim_of(claim_body()))
-    assert ctx.allocator.waiting(key) == []
+    assert ctx.allocator.wake(key) == [], "served: it waits no more (it waited again, unwoken, before)"
     failed, bound = kube.statuses
     assert conditions(failed)["Ready"] == ("False", "PoolNotReady", "HybridIPPool ns/p does not exist")
     assert bound["addressRef"] == {"name": "c1"}

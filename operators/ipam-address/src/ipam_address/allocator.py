@@ -76,6 +76,7 @@ class Allocator:
         self._held.pop((pool, claim), None)
         self.served(pool, claim)
 
-    def waiting(self, pool: PoolKey) -> list[str]:
-        """The claims waiting for `pool`."""
-        return sorted(self._waiting.get(pool, ()))
+    def wake(self, pool: PoolKey) -> list[str]:
+        """The claims waiting for `pool`, which no longer wait: each woken claim that still must wait says
+        so again (`waits`), and one deleted meanwhile, never reconciled again, is dropped here."""
+        return sorted(self._waiting.pop(pool, ()))

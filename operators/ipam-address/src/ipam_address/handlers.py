@@ -26,7 +26,6 @@ from ipam_address.contexts import Context
 from ipam_address.pools import IN_CLUSTER, PoolInfo, PoolKey
 
 IDENTITY = runtime.Identity("ipam-address", on_engine=True)
-CLAIMS = resources.IP_ADDRESS_CLAIMS.watch
 ADDRESSES = resources.IP_ADDRESSES.watch
 HYBRID_IPPOOLS = kinds.HYBRID_IPPOOL.resource.watch
 NETBOX_POOLS = kinds.NETBOX_IPPOOL.resource.watch
@@ -145,7 +144,7 @@ def tune(memo: kopf.Memo, controller: Controller[Context]) -> Controller[Context
 
     def waiting_on(key: PoolKey) -> list[str]:
         # Asked at each event: the operator's startup steps have all run by then.
-        return reconciling.from_memo(memo, contexts.ALLOCATOR_KEY, Allocator).waiting(key)
+        return reconciling.from_memo(memo, contexts.ALLOCATOR_KEY, Allocator).wake(key)
 
     def concerned(address: Mapping[str, Any]) -> list[Key]:
         holding = pools.holding_of(address)
